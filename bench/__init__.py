@@ -1,0 +1,1 @@
+"""Benchmarks: fixed workloads and the scripts `make bench` runs."""

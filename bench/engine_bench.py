@@ -1,0 +1,221 @@
+"""`make bench`: W1/W2 through the in-process engine next to transformers, in one run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import queue
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.workloads import Workload, w1, w2
+from worker.engine import InferenceEngine
+from worker.model.loader import resolve_model_dir
+from worker.sampling_params import SamplingParams
+from worker.sequence import TokenEvent
+
+
+@dataclass
+class RunResult:
+    system: str
+    workload: str
+    concurrency: int
+    requests: int
+    output_tokens: int
+    wall_s: float
+    ttft_mean_s: float
+    ttft_p95_s: float
+    extra: dict[str, Any]
+
+    @property
+    def tok_s(self) -> float:
+        return self.output_tokens / self.wall_s
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def run_engine(
+    engine: InferenceEngine, workload: Workload, concurrency: int, num_requests: int, label: str
+) -> RunResult:
+    """Closed loop: keep `concurrency` requests in flight until `num_requests` are done."""
+    params = SamplingParams(
+        temperature=0, max_tokens=workload.max_tokens, ignore_eos=workload.ignore_eos
+    )
+    events: queue.Queue[TokenEvent] = queue.Queue()
+    conversations = workload.conversations[:num_requests]
+    submitted_at: dict[str, float] = {}
+    first_token: dict[str, float] = {}
+    tokens = 0
+    stats_before = engine.get_stats()
+    start = time.perf_counter()
+    next_index = 0
+
+    def submit_next() -> None:
+        nonlocal next_index
+        request_id = f"{label}-{next_index}"
+        submitted_at[request_id] = time.perf_counter()
+        engine.submit(conversations[next_index], params, events.put, request_id=request_id)
+        next_index += 1
+
+    for _ in range(min(concurrency, len(conversations))):
+        submit_next()
+    done = 0
+    while done < len(conversations):
+        event = events.get(timeout=600)
+        if event.token_ids and event.request_id not in first_token:
+            first_token[event.request_id] = time.perf_counter()
+        tokens += len(event.token_ids)
+        if event.finish_reason is not None:
+            done += 1
+            if next_index < len(conversations):
+                submit_next()
+    wall = time.perf_counter() - start
+    ttfts = [first_token[r] - submitted_at[r] for r in submitted_at]
+    stats = engine.get_stats()
+    prompt_tokens = sum(len(engine.requests.prompt_token_ids(c)) for c in conversations)
+    hits = stats["prefix_cache_hit_tokens"] - stats_before["prefix_cache_hit_tokens"]
+    return RunResult(
+        system=label,
+        workload=workload.name,
+        concurrency=concurrency,
+        requests=len(conversations),
+        output_tokens=tokens,
+        wall_s=wall,
+        ttft_mean_s=statistics.mean(ttfts),
+        ttft_p95_s=p95(ttfts),
+        extra={
+            "prompt_tokens": prompt_tokens,
+            "cached_prompt_fraction": hits / prompt_tokens,
+            "preemptions": stats["preemptions"] - stats_before["preemptions"],
+        },
+    )
+
+
+class FirstTokenClock:
+    """A transformers StoppingCriteria that only notes when the first new token exists."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **_: Any) -> torch.Tensor:
+        if self.first is None:
+            self.first = time.perf_counter()
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
+
+def run_transformers(
+    model_dir: Path, workload: Workload, batch_size: int, num_requests: int, dtype: torch.dtype
+) -> RunResult:
+    """transformers `generate`, one request at a time or static left-padded batches."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteriaList
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).eval()
+    conversations = workload.conversations[:num_requests]
+    prompts = [
+        tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False)
+        for c in conversations
+    ]
+    tokens = 0
+    ttfts: list[float] = []
+    start = time.perf_counter()
+    for i in range(0, len(prompts), batch_size):
+        batch = tokenizer(prompts[i : i + batch_size], return_tensors="pt", padding=True)
+        clock = FirstTokenClock()
+        with torch.inference_mode():
+            out = model.generate(
+                **batch,
+                max_new_tokens=workload.max_tokens,
+                min_new_tokens=workload.max_tokens if workload.ignore_eos else 0,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+                stopping_criteria=StoppingCriteriaList([clock]),
+            )
+        tokens += (out.shape[1] - batch["input_ids"].shape[1]) * out.shape[0]
+        assert clock.first is not None
+        ttfts += [clock.first - start] * out.shape[0]  # every request arrived at t = 0
+    wall = time.perf_counter() - start
+    kind = "sequential" if batch_size == 1 else f"static batch {batch_size}"
+    return RunResult(
+        system=f"transformers {kind} {str(dtype).removeprefix('torch.')}",
+        workload=workload.name,
+        concurrency=batch_size,
+        requests=len(prompts),
+        output_tokens=tokens,
+        wall_s=wall,
+        ttft_mean_s=statistics.mean(ttfts),
+        ttft_p95_s=p95(ttfts),
+        extra={},
+    )
+
+
+def markdown(results: list[RunResult], baseline: RunResult) -> str:
+    lines = [
+        "| system | workload | concurrency | requests | output tok/s | vs baseline "
+        "| TTFT mean s | TTFT p95 s | cached prompt |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        cached = r.extra.get("cached_prompt_fraction")
+        lines.append(
+            f"| {r.system} | {r.workload} | {r.concurrency} | {r.requests} | {r.tok_s:.1f} "
+            f"| {r.tok_s / baseline.tok_s:.2f}× | {r.ttft_mean_s:.3f} | {r.ttft_p95_s:.3f} "
+            f"| {'' if cached is None else f'{cached:.0%}'} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("docs/bench"))
+    parser.add_argument("--quick", action="store_true", help="fewer requests, for a smoke run")
+    parser.add_argument("--skip-transformers", action="store_true")
+    args = parser.parse_args()
+    scale = 4 if args.quick else 1
+    model_dir = resolve_model_dir(None)
+    results: list[RunResult] = []
+    workload1, workload2 = w1(), w2()
+
+    if not args.skip_transformers:
+        results.append(run_transformers(model_dir, workload1, 1, 8 // scale * 1, torch.float32))
+        results.append(run_transformers(model_dir, workload1, 32, 64 // scale, torch.float32))
+        results.append(run_transformers(model_dir, workload1, 32, 64 // scale, torch.bfloat16))
+
+    with InferenceEngine() as engine:
+        label = f"astrai engine {str(engine.dtype).removeprefix('torch.')}"
+        run_engine(engine, workload1, 8, 8, "warmup")
+        results.append(run_engine(engine, workload1, 1, 8 // scale, label))
+        for concurrency in (8, 32):
+            results.append(run_engine(engine, workload1, concurrency, 64 // scale, label))
+        results.append(run_engine(engine, workload2, 32, 64 // scale, f"{label} prefix cache"))
+    with InferenceEngine(enable_prefix_caching=False) as engine:
+        label = f"astrai engine {str(engine.dtype).removeprefix('torch.')} no prefix cache"
+        results.append(run_engine(engine, workload2, 32, 64 // scale, label))
+
+    baseline = next((r for r in results if r.system.startswith("transformers static")), results[0])
+    table = markdown(results, baseline)
+    print(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        },
+        "results": [{**asdict(r), "tok_s": r.tok_s} for r in results],
+    }
+    (args.out / "engine.json").write_text(json.dumps(record, indent=2))
+    (args.out / "engine.md").write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""The fixed benchmark workloads W1 (chat) and W2 (a shared ~600-token system prompt)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SUBJECTS = [
+    "the water cycle",
+    "black holes",
+    "the French Revolution",
+    "photosynthesis",
+    "machine learning",
+    "the Roman Empire",
+    "volcanoes",
+    "the human heart",
+    "climate change",
+    "the printing press",
+    "honey bees",
+    "the internet",
+    "earthquakes",
+    "the Moon landing",
+    "vaccines",
+    "electric cars",
+]
+FORMS = [
+    "Explain {} to a ten-year-old.",
+    "Write a short paragraph about {}.",
+    "What are three surprising facts about {}?",
+    "Summarize the history of {} in a few sentences.",
+]
+
+SYSTEM_PROMPT_W2 = (
+    "You are the customer support assistant of Northwind Outfitters, a company that sells "
+    "outdoor gear online and in twelve stores. Follow these rules in every answer. "
+    "1. Be polite, brief and concrete; never invent order numbers, prices or dates. "
+    "2. Orders ship within two business days; express shipping arrives in one to two days, "
+    "standard shipping in three to six days, and international shipping in seven to fifteen "
+    "days. Shipping is free for orders above 75 dollars inside the country. "
+    "3. Returns are accepted within 60 days of delivery for unused items with their tags; "
+    "used items can be returned within 30 days only if they are defective. Refunds go back to "
+    "the original payment method within ten business days after the return is received. "
+    "4. Exchanges for a different size or colour are free once per order. "
+    "5. Tents, sleeping bags and backpacks carry a two-year warranty against manufacturing "
+    "defects; footwear carries one year; clothing carries six months. Warranty claims need a "
+    "photo of the defect and the order number. "
+    "6. Gift cards never expire and cannot be exchanged for cash. "
+    "7. Members of the Trailhead Club earn one point per dollar; 500 points give a 25 dollar "
+    "voucher. Points expire after two years without a purchase. "
+    "8. Store hours are ten to eight on weekdays and ten to six on weekends; stores are closed "
+    "on national holidays. "
+    "9. We rent tents, kayaks and snowshoes at the Denver, Portland and Burlington stores; "
+    "rentals must be booked at least three days ahead and returned clean and dry. "
+    "10. Product advice: recommend gear that fits the customer's trip, season and budget, and "
+    "mention safety equipment such as headlamps, first aid kits and water filters when a trip "
+    "goes into the backcountry. "
+    "11. If a customer is angry, acknowledge the problem first, then offer the concrete next "
+    "step. Escalate to a human agent when a customer asks for one, when an order is lost for "
+    "more than twenty days, or when a safety issue with a product is reported. "
+    "12. Never share another customer's information and never ask for a full card number. "
+    "13. Sign every answer with 'Northwind Support'. "
+    "14. When a customer asks about an item we do not sell, say so plainly and suggest the "
+    "closest product we carry, without naming other shops. "
+    "Our best sellers this season are the Ridgeback two-person tent, the Alpine 30 litre day "
+    "pack, the Cascade waterproof jacket, the Summit down sleeping bag rated to minus ten "
+    "degrees, and the Trailrunner shoes. Prices change often, so direct customers to the "
+    "website for current prices and stock. Answer the customer's question now."
+)
+QUESTIONS_W2 = [
+    "Can I return boots I wore once?",
+    "How long does express shipping take?",
+    "Is shipping free for a 60 dollar order?",
+    "My tent pole broke after a year. What now?",
+    "Do gift cards expire?",
+    "How many points do I need for a voucher?",
+    "Are you open on Sunday evening?",
+    "Can I rent a kayak in Portland tomorrow?",
+    "What should I pack for a winter hike?",
+    "I want to talk to a human.",
+    "How do I exchange a jacket for a bigger size?",
+    "When will I get my refund?",
+    "Can I ship to Canada?",
+    "Is the Summit bag warm enough for snow camping?",
+    "Which day pack do you recommend for a day trip?",
+    "My order is 25 days late!",
+    "Do points expire?",
+    "What is the warranty on clothing?",
+    "Can I return a used sleeping bag that tore?",
+    "Where can I rent snowshoes?",
+    "What are your weekday hours?",
+    "Can I pay with two gift cards?",
+    "I found a sharp edge on my stove. Is it safe?",
+    "Do you price match?",
+    "How do I join the Trailhead Club?",
+    "Can I exchange twice?",
+    "What do I need for a warranty claim?",
+    "Do you sell water filters?",
+    "Is the Cascade jacket waterproof?",
+    "How early must I book a rental?",
+    "Can I return something after 70 days?",
+    "What shoes are good for trail running?",
+]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    conversations: list[list[dict[str, Any]]]
+    max_tokens: int
+    ignore_eos: bool
+
+
+def w1(num_requests: int = 64, max_tokens: int = 128) -> Workload:
+    """64 distinct chat requests × 128 new tokens, EOS ignored so every request is equal."""
+    prompts = [form.format(subject) for form in FORMS for subject in SUBJECTS]
+    conversations = [[{"role": "user", "content": p}] for p in prompts[:num_requests]]
+    return Workload("W1", conversations, max_tokens, ignore_eos=True)
+
+
+def w2(num_requests: int = 64, max_tokens: int = 32) -> Workload:
+    """64 requests sharing one ~600-token system prompt, distinct questions, 32 new tokens."""
+    questions = [*QUESTIONS_W2, *(f"{q} Please answer briefly." for q in QUESTIONS_W2)]
+    conversations = [
+        [{"role": "system", "content": SYSTEM_PROMPT_W2}, {"role": "user", "content": q}]
+        for q in questions[:num_requests]
+    ]
+    return Workload("W2", conversations, max_tokens, ignore_eos=True)

@@ -1,0 +1,156 @@
+"""Our decoder against transformers, float32 logits within 1e-4, for every architecture.
+
+Each test builds the ForwardBatch by hand the way the engine must (see model_factory), so a
+failure here is either the model or the batch layout contract in worker/model/batch.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.worker.model_factory import (
+    ARCHITECTURES,
+    MAX_LEN,
+    Chunk,
+    decode_batch,
+    hf_model,
+    max_diff,
+    model_pair,
+    new_cache,
+    prefill_batch,
+    random_tokens,
+    reference_logits,
+    run,
+    save_hf,
+)
+from worker.model.loader import load_model
+
+ARCHS = list(ARCHITECTURES)
+TOL = 1e-4
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_prefill_one_sequence_matches_transformers(arch, tmp_path):
+    hf, ours = model_pair(arch, tmp_path)
+    tokens = random_tokens(13, seed=1)
+    input_ids, batch = prefill_batch(ours.config, [Chunk(0, tokens)])
+
+    logits = run(ours, new_cache(ours.config, 1), input_ids, batch)
+
+    assert logits.dtype == torch.float32
+    assert max_diff(logits, reference_logits(hf, tokens)) < TOL
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_packed_prefill_of_three_sequences_matches_transformers(arch, tmp_path):
+    hf, ours = model_pair(arch, tmp_path)
+    seqs = [random_tokens(n, seed=10 + n) for n in (5, 12, 8)]
+    input_ids, batch = prefill_batch(ours.config, [Chunk(s, t) for s, t in enumerate(seqs)])
+    cache = new_cache(ours.config, 3)
+
+    logits = run(ours, cache, input_ids, batch)
+
+    assert logits.shape == (25, ours.config.vocab_size)
+    rows = logits.split([5, 12, 8])
+    for s, tokens in enumerate(seqs):
+        assert max_diff(rows[s], reference_logits(hf, tokens)) < TOL
+        # Each sequence's k/v landed in its own rows, equal to transformers' cache; the rest of
+        # its rows are untouched.
+        with torch.inference_mode():
+            hf_cache = hf(torch.tensor([tokens]), use_cache=True).cache
+        own = slice(s * MAX_LEN, s * MAX_LEN + len(tokens))
+        for layer in range(ours.config.num_layers):
+            expected_k = hf_cache.layers[layer].keys[0].transpose(0, 1)  # (T, KVH, D)
+            expected_v = hf_cache.layers[layer].values[0].transpose(0, 1)
+            assert max_diff(cache.k[layer, own], expected_k) < TOL
+            assert max_diff(cache.v[layer, own], expected_v) < TOL
+        rest = slice(s * MAX_LEN + len(tokens), (s + 1) * MAX_LEN)
+        assert not cache.k[:, rest].any()
+        assert not cache.v[:, rest].any()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_chunked_prefill_attends_to_rows_of_the_first_chunk(arch, tmp_path):
+    hf, ours = model_pair(arch, tmp_path)
+    long_seq = random_tokens(13, seed=2)
+    fresh = random_tokens(9, seed=3)
+    cache = new_cache(ours.config, 2)
+
+    first = run(ours, cache, *prefill_batch(ours.config, [Chunk(0, long_seq[:6])]))
+    # The rest of sequence 0 rides in the same forward as a fresh prefill of sequence 1.
+    chunks = [Chunk(0, long_seq[6:], start=6), Chunk(1, fresh)]
+    second = run(ours, cache, *prefill_batch(ours.config, chunks))
+
+    reference = reference_logits(hf, long_seq)
+    assert max_diff(first, reference[:6]) < TOL
+    assert max_diff(second[:7], reference[6:]) < TOL
+    assert max_diff(second[7:], reference_logits(hf, fresh)) < TOL
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_decode_steps_match_transformers_on_the_sequence_so_far(arch, tmp_path):
+    hf, ours = model_pair(arch, tmp_path)
+    seqs = [random_tokens(n, seed=20 + n) for n in (3, 9, 6)]
+    cache = new_cache(ours.config, 3)
+    last_rows = [2, 11, 17]  # packed row of each prompt's last token
+    chunks = [Chunk(s, t) for s, t in enumerate(seqs)]
+    input_ids, batch = prefill_batch(ours.config, chunks, logits_index=last_rows)
+    logits = run(ours, cache, input_ids, batch)
+    assert logits.shape == (3, ours.config.vocab_size)
+
+    for _ in range(4):
+        for s, tokens in enumerate(seqs):
+            assert max_diff(logits[s], reference_logits(hf, tokens)[-1]) < TOL
+            tokens.append(int(logits[s].argmax()))
+        steps = [Chunk(s, tokens[-1:], start=len(tokens) - 1) for s, tokens in enumerate(seqs)]
+        input_ids, batch = decode_batch(steps)
+        assert batch.query_index is None
+        assert batch.mask.shape == (3, 1, 1, max(len(t) for t in seqs))
+        logits = run(ours, cache, input_ids, batch)
+
+    for s, tokens in enumerate(seqs):
+        assert max_diff(logits[s], reference_logits(hf, tokens)[-1]) < TOL
+
+
+def test_mistral_sliding_window_holds_when_the_caller_masks_it(tmp_path):
+    # Our model never reads config.sliding_window: the window lives in the caller's mask.
+    hf = hf_model("mistral", sliding_window=5)
+    ours = load_model(save_hf(hf, tmp_path), torch.float32, torch.device("cpu"))
+    assert ours.config.sliding_window == 5
+    tokens = random_tokens(14, seed=4)
+    reference = reference_logits(hf, tokens)
+    cache = new_cache(ours.config, 1)
+
+    prefill = run(ours, cache, *prefill_batch(ours.config, [Chunk(0, tokens[:10])], window=5))
+    decoded = [
+        run(ours, cache, *decode_batch([Chunk(0, [tokens[p]], start=p)], window=5))[0]
+        for p in range(10, 14)
+    ]
+    unwindowed = run(
+        ours, new_cache(ours.config, 1), *prefill_batch(ours.config, [Chunk(0, tokens)])
+    )
+
+    assert max_diff(prefill, reference[:10]) < TOL
+    assert max_diff(torch.stack(decoded), reference[10:]) < TOL
+    # Positions past the window differ when the caller forgets it: the window matters here.
+    assert max_diff(unwindowed[:5], reference[:5]) < TOL
+    assert max_diff(unwindowed[5:], reference[5:]) > 0.1
+
+
+def test_bfloat16_agrees_with_float32_on_top1(tmp_path):
+    hf = hf_model("smollm")
+    save_hf(hf, tmp_path)
+    ours32 = load_model(tmp_path, torch.float32, torch.device("cpu"))
+    ours16 = load_model(tmp_path, torch.bfloat16, torch.device("cpu"))
+    tokens = random_tokens(40, seed=5)
+    input_ids, batch = prefill_batch(ours32.config, [Chunk(0, tokens)])
+
+    logits32 = run(ours32, new_cache(ours32.config, 1), input_ids, batch)
+    logits16 = run(ours16, new_cache(ours16.config, 1), input_ids, batch)
+
+    assert ours16.dtype == torch.bfloat16
+    assert logits16.dtype == torch.float32
+    assert torch.isfinite(logits16).all()
+    agreement = (logits16.argmax(-1) == logits32.argmax(-1)).float().mean().item()
+    assert agreement >= 0.9

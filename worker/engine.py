@@ -1,0 +1,270 @@
+"""InferenceEngine: the in-process API — load a model, submit prompts, stream or collect text."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import queue
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from worker.kv.base import KVCache, KVStorage
+from worker.kv.contiguous import ContiguousCache
+from worker.kv.paged import PageCache
+from worker.model.loader import load_config, load_model, resolve_dtype, resolve_model_dir
+from worker.postprocess import OutputProcessor
+from worker.request import GenerationRequest, Prompt, RequestFactory
+from worker.runner import ModelRunner
+from worker.sampling_params import SamplingParams
+from worker.scheduler import InferenceScheduler, SchedulerConfig
+from worker.sequence import EventSink, FinishReason, TokenEvent
+from worker.tokenizer import Tokenizer
+
+KV_CACHE_KINDS = ("paged", "contiguous")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    device: str = "cpu"
+    dtype: str = "auto"
+    kv_cache: str = "paged"
+    page_size: int = 16
+    kv_cache_mb: int = 1024
+    max_seqs: int = 64
+    max_model_len: int | None = None  # default: the model's context
+    prefill_token_budget: int = 512
+    enable_prefix_caching: bool = True
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kv_cache not in KV_CACHE_KINDS:
+            raise ValueError(f"kv_cache must be one of {KV_CACHE_KINDS}, got {self.kv_cache!r}")
+        for name in ("page_size", "kv_cache_mb", "max_seqs", "prefill_token_budget"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
+
+
+class InferenceEngine:
+    """Loads a model (the embedded default when none is given) and serves it in-process."""
+
+    def __init__(self, model: str | Path | None = None, **options: Any) -> None:
+        self.options = EngineOptions(**options)
+        opts = self.options
+        if opts.num_threads is not None:
+            torch.set_num_threads(opts.num_threads)
+        device = torch.device(opts.device)
+        self.model_dir = resolve_model_dir(model)
+        self.model_name = Path(model).stem if model is not None else "SmolLM2-135M-Instruct"
+        config = load_config(self.model_dir)
+        self.config = config
+        self.dtype = resolve_dtype(opts.dtype, device)
+        self.model = load_model(self.model_dir, self.dtype, device)
+        self.tokenizer = Tokenizer(self.model_dir, config.eos_token_ids)
+        context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
+        self.cache = self._build_cache(context, device)
+        self.max_model_len = min(context, self.cache.max_tokens_per_seq)
+        self.requests = RequestFactory(self.tokenizer, self.max_model_len)
+        self.scheduler = InferenceScheduler(
+            ModelRunner(self.model, self.cache),
+            self.cache,
+            OutputProcessor(self.tokenizer),
+            SchedulerConfig(max_seqs=opts.max_seqs, prefill_token_budget=opts.prefill_token_budget),
+        )
+        self.scheduler.start()
+
+    def _build_cache(self, context: int, device: torch.device) -> KVCache:
+        opts, config = self.options, self.config
+        bytes_per_token = (
+            2 * config.num_layers * config.num_kv_heads * config.head_dim * self.dtype.itemsize
+        )
+        budget_tokens = opts.kv_cache_mb * (1 << 20) // bytes_per_token
+        shape = (config.num_layers, config.num_kv_heads, config.head_dim)
+        if opts.kv_cache == "contiguous":
+            num_slots = min(opts.max_seqs, budget_tokens // context)
+            if num_slots < 1:
+                raise ValueError(
+                    f"kv_cache_mb {opts.kv_cache_mb} cannot hold one sequence of {context} "
+                    "tokens; raise kv_cache_mb or lower max_model_len"
+                )
+            storage = KVStorage(shape[0], num_slots, context, *shape[1:], self.dtype, device)
+            return ContiguousCache(storage)
+        num_pages = budget_tokens // opts.page_size
+        if num_pages < 2:
+            raise ValueError(f"kv_cache_mb {opts.kv_cache_mb} holds fewer than 2 pages")
+        storage = KVStorage(shape[0], num_pages, opts.page_size, *shape[1:], self.dtype, device)
+        return PageCache(storage, opts.page_size, context, opts.enable_prefix_caching)
+
+    # -- submitting -----------------------------------------------------------------------
+    def submit(
+        self,
+        prompt: Prompt,
+        params: SamplingParams,
+        sink: EventSink,
+        request_id: str | None = None,
+        chat: bool = True,
+    ) -> tuple[str, int]:
+        """Queue one request; events go to `sink` from the scheduler thread.
+
+        Returns (request id, prompt tokens). Raises ValueError for bad input, with nothing
+        queued.
+        """
+        request_id = request_id or self.requests.new_request_id()
+        prompt_ids = self.requests.prompt_token_ids(prompt, chat)
+        choices = self.requests.build(request_id, prompt_ids, params, sink)
+        self.scheduler.add(choices)
+        return request_id, len(prompt_ids)
+
+    def submit_tokens(
+        self, prompt_ids: list[int], params: SamplingParams, sink: EventSink, request_id: str
+    ) -> None:
+        """Queue a request whose prompt is already tokenized."""
+        if not prompt_ids:
+            raise ValueError("prompt must not be empty")
+        self.scheduler.add(self.requests.build(request_id, prompt_ids, params, sink))
+
+    def abort(self, request_id: str) -> None:
+        self.scheduler.abort(request_id)
+
+    def _start(
+        self, prompt: Prompt, chat: bool, sampling: dict[str, Any], sink: EventSink
+    ) -> tuple[str, int]:
+        """Submit with keyword settings; (request id, number of choices)."""
+        params = SamplingParams.from_kwargs(**sampling)
+        request_id, _ = self.submit(prompt, params, sink, chat=chat)
+        return request_id, params.n
+
+    # -- the seed API -----------------------------------------------------------------------
+    def generate(
+        self,
+        prompt: Prompt | list[Prompt],
+        stream: bool = False,
+        chat: bool = True,
+        **sampling: Any,
+    ) -> Any:
+        """str for a prompt, list[str] for a list of prompts; stream=True yields text pieces
+        (for a list: (index, text) pairs). A list of role/content dicts is one chat prompt."""
+        if _is_batch(prompt):
+            if stream:
+                return self._stream_many(prompt, chat, sampling)  # type: ignore[arg-type]
+            return [self.generate(p, chat=chat, **sampling) for p in prompt]  # type: ignore[union-attr]
+        events: queue.Queue[TokenEvent] = queue.Queue()
+        request_id, num_choices = self._start(prompt, chat, sampling, events.put)  # type: ignore[arg-type]
+        if stream:
+            return self._stream_one(request_id, num_choices, events)
+        texts = [""] * num_choices
+        for _, event in _until_finished(events, num_choices):
+            texts[event.index] += event.text
+        return texts[0] if num_choices == 1 else texts
+
+    def generate_with_request(self, request: GenerationRequest) -> Any:
+        return self.generate(request.messages, stream=request.stream, **request.sampling_kwargs())
+
+    def _stream_one(
+        self, request_id: str, num_choices: int, events: queue.Queue[TokenEvent]
+    ) -> Iterator[str]:
+        try:
+            for _, event in _until_finished(events, num_choices):
+                if event.text:
+                    yield event.text
+        finally:
+            self.abort(request_id)  # a consumer that stops early frees the pages at once
+
+    def _stream_many(
+        self, prompts: list[Prompt], chat: bool, sampling: dict[str, Any]
+    ) -> Iterator[tuple[int, str]]:
+        merged: queue.Queue[tuple[int, TokenEvent]] = queue.Queue()
+        submitted = [
+            self._start(p, chat, sampling, functools.partial(_put_tagged, merged, i))
+            for i, p in enumerate(prompts)
+        ]
+        try:
+            for index, event in _until_finished(merged, sum(n for _, n in submitted)):
+                if event.text:
+                    yield index, event.text
+        finally:
+            for request_id, _ in submitted:
+                self.abort(request_id)
+
+    async def generate_async(
+        self, prompt: Prompt, chat: bool = True, **sampling: Any
+    ) -> AsyncIterator[str]:
+        """Text pieces of one prompt as they are generated, without blocking the loop."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        params = SamplingParams.from_kwargs(**sampling)
+
+        def sink(event: TokenEvent) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        request_id, _ = self.submit(prompt, params, sink, chat=chat)
+        remaining = params.n
+        try:
+            while remaining:
+                event = await events.get()
+                _raise_on_error(event)
+                remaining -= event.finish_reason is not None
+                if event.text:
+                    yield event.text
+        finally:
+            self.abort(request_id)
+
+    # -- state ------------------------------------------------------------------------------
+    def get_stats(self) -> dict[str, Any]:
+        counters = asdict(self.scheduler.counters)
+        cache = self.cache.stats()
+        bytes_per_page = cache.bytes_reserved // max(1, cache.pages_total)
+        return {
+            **counters,
+            "active_tasks": self.scheduler.num_running,
+            "waiting_queue": self.scheduler.num_waiting,
+            "kv_pages_total": cache.pages_total,
+            "kv_pages_in_use": cache.pages_in_use,
+            "kv_pages_cached": cache.pages_cached,
+            "kv_pages_free": cache.pages_free,
+            "kv_page_size": cache.page_size,
+            "kv_bytes_reserved": cache.bytes_reserved,
+            "kv_bytes_in_use": cache.pages_in_use * bytes_per_page,
+            "prefix_cache_hit_tokens": cache.hit_tokens,
+        }
+
+    def shutdown(self) -> None:
+        self.scheduler.stop()
+
+    def __enter__(self) -> InferenceEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def _put_tagged(merged: queue.Queue[tuple[int, TokenEvent]], index: int, event: TokenEvent) -> None:
+    merged.put((index, event))
+
+
+def _is_batch(prompt: Any) -> bool:
+    """A list of prompts (strings or message lists), as opposed to one chat's messages."""
+    return isinstance(prompt, list) and bool(prompt) and not isinstance(prompt[0], dict)
+
+
+def _raise_on_error(event: TokenEvent) -> None:
+    if event.finish_reason is FinishReason.ERROR:
+        raise RuntimeError(f"generation failed: {event.error}")
+
+
+def _until_finished(events: queue.Queue[Any], num_choices: int) -> Iterator[tuple[int, TokenEvent]]:
+    """(tag, event) pairs until every choice has finished; raises on an engine error."""
+    remaining = num_choices
+    while remaining:
+        item = events.get()
+        tag, event = item if isinstance(item, tuple) else (0, item)
+        _raise_on_error(event)
+        remaining -= event.finish_reason is not None
+        yield tag, event

@@ -1,0 +1,123 @@
+"""The KVCache interface the scheduler and model runner use, whatever the memory layout."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from worker.model.batch import LayerKV
+
+
+class Admission(NamedTuple):
+    """What a newly admitted sequence found in the cache.
+
+    `num_cached_tokens` already have their k/v computed; tokens up to `num_shared_tokens`
+    sit in pages another sequence is computing right now (in-flight prefix sharing), so
+    this one must not compute them itself.
+    """
+
+    num_cached_tokens: int
+    num_shared_tokens: int
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    pages_total: int
+    pages_in_use: int  # held by at least one live sequence
+    pages_cached: int  # held by none, still indexed for prefix hits, evictable (LRU)
+    pages_free: int
+    page_size: int
+    hit_tokens: int  # prompt tokens served from the cache instead of computed, cumulative
+    bytes_reserved: int  # k + v storage allocated up front
+
+
+class KVStorage:
+    """k/v tensors `[layers, pages, page_size, kv_heads, head_dim]` and flat per-layer views."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_pages: int,
+        page_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        shape = (num_layers, num_pages, page_size, num_kv_heads, head_dim)
+        # Zeros, not empty: padded reads of unused rows must never meet a NaN bit pattern.
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        flat = (num_pages * page_size, num_kv_heads, head_dim)
+        self.layers: list[LayerKV] = [
+            (self.k[i].view(flat), self.v[i].view(flat)) for i in range(num_layers)
+        ]
+
+    @property
+    def bytes_reserved(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+
+class KVCache(ABC):
+    """Where each sequence's k/v lives. Rows are addressed as flat slots of a layer view.
+
+    The scheduler drives it: `admit` at refill, `shared_ready`/`plan` while planning a
+    prefill, `commit` after each forward, `grow` before decode, `release` on finish,
+    abort or preemption. Every method either succeeds or leaves the cache untouched.
+    """
+
+    page_size: int
+    storage: KVStorage
+
+    @property
+    @abstractmethod
+    def max_tokens_per_seq(self) -> int:
+        """The longest sequence this cache can ever hold alone."""
+
+    @abstractmethod
+    def admit(self, seq_id: int, tokens: Sequence[int]) -> Admission | None:
+        """Reserve room for `tokens`, reusing cached prefix pages; None if it does not fit now."""
+
+    def begin_step(self) -> None:  # noqa: B027 - optional hook
+        """A new prefill plan starts; nothing is planned yet."""
+
+    def shared_ready(self, seq_id: int, start: int) -> int | None:
+        """Where this sequence's own computation starts this step, or None to wait a step.
+
+        A sequence sharing pages that another sequence is still filling may start after
+        them only once they are computed or planned for this same forward.
+        """
+        return start
+
+    def plan(self, seq_id: int, start: int, end: int) -> None:  # noqa: B027 - optional hook
+        """Tokens [start, end) of the sequence will be computed in this step's forward."""
+
+    @abstractmethod
+    def commit(self, seq_id: int, tokens: Sequence[int], num_computed: int) -> None:
+        """The first `num_computed` tokens now have k/v in the cache."""
+
+    @abstractmethod
+    def grow(self, seq_id: int, num_tokens: int) -> bool:
+        """Make room for `num_tokens` positions in total; False (untouched) if impossible now."""
+
+    @abstractmethod
+    def release(self, seq_id: int) -> None:
+        """Give back everything the sequence holds."""
+
+    @abstractmethod
+    def slots(self, seq_id: int, start: int, end: int) -> list[int]:
+        """Flat cache rows of positions [start, end)."""
+
+    @abstractmethod
+    def read_slots(self, seq_ids: Sequence[int], lengths: Sequence[int]) -> torch.Tensor:
+        """(B, max(lengths)) int64 rows of each sequence's context, padded with row 0."""
+
+    @abstractmethod
+    def stats(self) -> CacheStats: ...
+
+    def layer_views(self) -> list[LayerKV]:
+        return self.storage.layers

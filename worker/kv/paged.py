@@ -1,0 +1,170 @@
+"""PageCache: paged KV storage with prefix sharing across finished and in-flight sequences."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from worker.kv.base import Admission, CacheStats, KVCache, KVStorage
+from worker.kv.page_pool import PagePool
+from worker.kv.task_table import TaskEntry, TaskTable
+
+# Reference counts: every page table that lists a page holds one reference to it. Only
+# full pages are ever indexed or shared. A prompt's partially filled last page is private
+# to its sequence, because that sequence writes its own generated tokens into the rest of
+# it; n > 1 choices of one prompt therefore share the full pages and each computes its own
+# copy of the partial tail (fewer than page_size tokens).
+
+
+class PageCache(KVCache):
+    def __init__(
+        self,
+        storage: KVStorage,
+        page_size: int,
+        max_model_len: int,
+        enable_prefix_caching: bool = True,
+        watermark: float = 0.01,
+    ) -> None:
+        num_pages = storage.k.shape[1]
+        self.storage = storage
+        self.page_size = page_size
+        self.pool = PagePool(num_pages, page_size, enable_prefix_caching)
+        self.table = TaskTable()
+        self.max_model_len = max_model_len
+        # Pages admission leaves for running sequences to grow into, to make preemption rare.
+        self.watermark_pages = int(watermark * num_pages)
+        self._planned: set[int] = set()
+        self._hit_tokens = 0
+
+    @property
+    def max_tokens_per_seq(self) -> int:
+        return min(self.max_model_len, self.pool.num_pages * self.page_size)
+
+    def _num_pages_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.page_size)
+
+    def admit(self, seq_id: int, tokens: Sequence[int]) -> Admission | None:
+        if seq_id in self.table:  # before any page is taken, so a misuse leaks nothing
+            raise KeyError(f"sequence {seq_id} already has a page table")
+        ps = self.page_size
+        # Never match the last token: its logits have to be computed to sample from.
+        matched = self.pool.match(tokens, (len(tokens) - 1) // ps)
+        need = self._num_pages_for(len(tokens)) - len(matched)
+        # The watermark is kept for running sequences; with none, it would only keep a
+        # prompt that fits the whole cache waiting forever.
+        reserve = self.watermark_pages if len(self.table) else 0
+        if not self.pool.can_allocate(need, matched, reserve):
+            return None
+        for page in matched:
+            self.pool.acquire(page)
+        pages = matched + self.pool.allocate(need)
+        num_computed_pages = 0
+        while num_computed_pages < len(matched) and not self.pool.is_pending(
+            matched[num_computed_pages]
+        ):
+            num_computed_pages += 1
+        entry = TaskEntry(
+            pages=pages,
+            num_cached=num_computed_pages * ps,
+            num_shared=len(matched) * ps,
+            num_committed_pages=num_computed_pages,
+            num_indexed_pages=len(matched),
+        )
+        self.table.add(seq_id, entry)
+        # Index this prompt's own full pages now, pending, so requests that arrive with the
+        # same prefix while it is being computed share them instead of computing them again.
+        self._index_pages(entry, tokens, len(tokens) // ps, owner=seq_id)
+        self._hit_tokens += entry.num_shared
+        return Admission(entry.num_cached, entry.num_shared)
+
+    def _index_pages(
+        self, entry: TaskEntry, tokens: Sequence[int], num_full: int, owner: int | None
+    ) -> None:
+        ps = self.page_size
+        while entry.num_indexed_pages < num_full:
+            i = entry.num_indexed_pages
+            parent = entry.pages[i - 1] if i else None
+            if not self.pool.index(entry.pages[i], parent, tokens[i * ps : (i + 1) * ps], owner):
+                return
+            entry.num_indexed_pages += 1
+
+    def begin_step(self) -> None:
+        self._planned.clear()
+
+    def shared_ready(self, seq_id: int, start: int) -> int | None:
+        entry = self.table.get(seq_id)
+        ps = self.page_size
+        pos = start
+        while pos < entry.num_shared:
+            page = entry.pages[pos // ps]
+            if not self.pool.is_pending(page) or page in self._planned:
+                pos = (pos // ps + 1) * ps
+                continue
+            if self.pool.owner_of(page) is not None:
+                return None  # its owner computes it in a later step: wait for it
+            # Orphaned: its owner left before computing it. Compute it, and the rest, here.
+            self.pool.adopt(page, seq_id)
+            entry.num_shared = pos
+            entry.num_indexed_pages = min(entry.num_indexed_pages, pos // ps)
+        return pos
+
+    def plan(self, seq_id: int, start: int, end: int) -> None:
+        pages = self.table.get(seq_id).pages
+        for i in range(start // self.page_size, end // self.page_size):
+            self._planned.add(pages[i])
+
+    def commit(self, seq_id: int, tokens: Sequence[int], num_computed: int) -> None:
+        entry = self.table.get(seq_id)
+        num_full = num_computed // self.page_size
+        for i in range(entry.num_committed_pages, num_full):
+            self.pool.mark_computed(entry.pages[i])
+        entry.num_committed_pages = max(entry.num_committed_pages, num_full)
+        # Pages completed by decoding (or after a lost index) join the index computed.
+        self._index_pages(entry, tokens, num_full, owner=None)
+
+    def grow(self, seq_id: int, num_tokens: int) -> bool:
+        entry = self.table.get(seq_id)
+        need = self._num_pages_for(num_tokens) - len(entry.pages)
+        if need <= 0:
+            return True
+        if not self.pool.can_allocate(need):
+            return False
+        entry.pages.extend(self.pool.allocate(need))
+        return True
+
+    def release(self, seq_id: int) -> None:
+        entry = self.table.pop(seq_id)
+        # Deepest page first, so a chain's tail is evicted before its head.
+        for page in reversed(entry.pages):
+            self.pool.release(page, seq_id)
+
+    def pages_of(self, seq_id: int) -> list[int]:
+        return list(self.table.get(seq_id).pages)
+
+    def slots(self, seq_id: int, start: int, end: int) -> list[int]:
+        pages, ps = self.table.get(seq_id).pages, self.page_size
+        return [pages[p // ps] * ps + p % ps for p in range(start, end)]
+
+    def read_slots(self, seq_ids: Sequence[int], lengths: Sequence[int]) -> torch.Tensor:
+        ps = self.page_size
+        longest = max(lengths)
+        num_pages = self._num_pages_for(longest)
+        table = torch.zeros((len(seq_ids), num_pages), dtype=torch.int64)
+        for row, (seq_id, length) in enumerate(zip(seq_ids, lengths, strict=True)):
+            pages = self.table.get(seq_id).pages[: self._num_pages_for(length)]
+            table[row, : len(pages)] = torch.tensor(pages, dtype=torch.int64)
+        positions = torch.arange(longest)
+        return table[:, positions // ps] * ps + positions % ps
+
+    def stats(self) -> CacheStats:
+        allocator = self.pool.allocator
+        return CacheStats(
+            pages_total=allocator.num_pages,
+            pages_in_use=allocator.num_in_use,
+            pages_cached=allocator.num_cached,
+            pages_free=allocator.num_free,
+            page_size=self.page_size,
+            hit_tokens=self._hit_tokens,
+            bytes_reserved=self.storage.bytes_reserved,
+        )

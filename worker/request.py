@@ -1,0 +1,154 @@
+"""Request intake: validate a prompt and its settings, tokenize it, build its choices."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+from collections.abc import Mapping
+from collections.abc import Sequence as SequenceABC
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from worker.sampling_params import SamplingParams
+from worker.sequence import EventSink, Sequence
+from worker.stop import StopStringMatcher
+from worker.tokenizer import CHAT_ROLES, Tokenizer
+
+Message = Mapping[str, Any]
+Prompt = str | SequenceABC[Message]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """The AstrAI GenerationRequest: chat messages plus sampling settings."""
+
+    messages: list[dict[str, Any]]
+    top_k: int = 50
+    top_p: float = 1.0
+    temperature: float = 1.0
+    max_tokens: int | None = None
+    stream: bool = False
+    sampling: dict[str, Any] = field(default_factory=dict)  # seed, stop, min_p, penalties…
+
+    def sampling_kwargs(self) -> dict[str, Any]:
+        return {
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            **self.sampling,
+        }
+
+
+def message_text(content: Any, where: str) -> str:
+    """A message's content: a string, or a list of text parts joined together."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for i, part in enumerate(content):
+            if not isinstance(part, Mapping) or part.get("type") != "text":
+                raise ValueError(f"{where}.content[{i}] must be a text part, got {part!r}")
+            if not isinstance(part.get("text"), str):
+                raise ValueError(f"{where}.content[{i}].text must be a string")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise ValueError(f"{where}.content must be a string or a list of text parts, got {content!r}")
+
+
+def normalize_messages(messages: SequenceABC[Message]) -> list[dict[str, str]]:
+    if not messages:
+        raise ValueError("messages must not be empty")
+    normalized = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise ValueError(f"messages[{i}] must be an object with role and content")
+        role = message.get("role")
+        if role not in CHAT_ROLES:
+            raise ValueError(f"messages[{i}].role must be one of {CHAT_ROLES}, got {role!r}")
+        normalized.append(
+            {"role": role, "content": message_text(message.get("content"), f"messages[{i}]")}
+        )
+    return normalized
+
+
+class RequestFactory:
+    """Turns a prompt and keyword settings into the Sequences of one request."""
+
+    def __init__(self, tokenizer: Tokenizer, max_model_len: int) -> None:
+        self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self._seq_ids = itertools.count()
+        self._request_ids = itertools.count()
+        self._lock = threading.Lock()
+
+    def new_request_id(self) -> str:
+        with self._lock:
+            return f"req-{next(self._request_ids)}"
+
+    def prompt_token_ids(self, prompt: Prompt, chat: bool = True) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ValueError("prompt must not be empty")
+            if chat and self.tokenizer.has_chat_template:
+                return self.tokenizer.encode_chat([{"role": "user", "content": prompt}])
+            return self.tokenizer.encode(prompt)
+        if isinstance(prompt, SequenceABC):
+            return self.tokenizer.encode_chat(normalize_messages(prompt))
+        raise ValueError(
+            f"prompt must be a string or a list of messages, got {type(prompt).__name__}"
+        )
+
+    def check_length(self, num_prompt_tokens: int, params: SamplingParams) -> int:
+        """The most tokens prompt + output may reach; ValueError if the prompt cannot fit."""
+        limit = self.max_model_len
+        if num_prompt_tokens >= limit:
+            raise ValueError(
+                f"prompt is too long: {num_prompt_tokens} tokens, the context holds {limit}"
+            )
+        if params.max_tokens is None:
+            return limit
+        if num_prompt_tokens + params.max_tokens > limit:
+            raise ValueError(
+                f"max_tokens {params.max_tokens} + prompt {num_prompt_tokens} tokens "
+                f"exceeds the context of {limit}"
+            )
+        return num_prompt_tokens + params.max_tokens
+
+    def build(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        sink: EventSink,
+    ) -> list[Sequence]:
+        max_total = self.check_length(len(prompt_ids), params)
+        with self._lock:
+            seq_ids = [next(self._seq_ids) for _ in range(params.n)]
+        return [
+            Sequence(
+                seq_id=seq_id,
+                request_id=request_id,
+                index=index,
+                token_ids=list(prompt_ids),
+                num_prompt_tokens=len(prompt_ids),
+                params=params,
+                sink=sink,
+                generator=_generator(params, index),
+                detokenizer=self.tokenizer.detokenizer(prompt_ids, params.skip_special_tokens),
+                stop_matcher=StopStringMatcher(params.stop),
+                max_total_tokens=max_total,
+            )
+            for index, seq_id in enumerate(seq_ids)
+        ]
+
+
+def _generator(params: SamplingParams, index: int) -> torch.Generator | None:
+    """Each choice's own randomness: seed + choice index, or a fresh random seed."""
+    if params.is_greedy:
+        return None
+    seed = params.seed + index if params.seed is not None else random.getrandbits(63)
+    return torch.Generator().manual_seed(seed)

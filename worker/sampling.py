@@ -1,0 +1,447 @@
+"""Batched next-token sampling: penalties, per-row filters, seeded inverse-CDF draws, logprobs."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from worker.sampling_params import SamplingParams
+
+_NEG_INF = float("-inf")
+# Top-p looks for its cut-off among this many best tokens first and sorts a whole row only when
+# that row's nucleus is wider; the cut-off is the same either way (see TopPStrategy).
+TOP_P_CANDIDATES = 256
+# Sampled rows divide by at least this: a tinier temperature would overflow logits to inf (and
+# softmax to NaN) while the distribution is already one-hot at 1e-5.
+MIN_TEMPERATURE = 1e-5
+
+
+class RowInput(Protocol):
+    """What the sampler reads from one running sequence."""
+
+    @property
+    def params(self) -> SamplingParams: ...
+
+    @property
+    def generator(self) -> torch.Generator | None: ...
+
+    @property
+    def prompt_token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def output_token_ids(self) -> Sequence[int]: ...
+
+
+@dataclass(frozen=True)
+class SamplingRow:
+    """A plain RowInput for callers without a sequence object of their own."""
+
+    params: SamplingParams
+    generator: torch.Generator | None = None
+    prompt_token_ids: Sequence[int] = ()
+    output_token_ids: Sequence[int] = ()
+
+
+@dataclass(frozen=True)
+class PenaltyRows:
+    """Every token a penalty looks at, as flat (row, token) pairs carrying their row's penalty,
+    so applying penalties costs O(tokens) instead of O(rows x vocab)."""
+
+    seen_rows: Tensor  # (M,) int64: batch row of each prompt/output token under repetition
+    seen_ids: Tensor  # (M,) int64
+    seen_repetition: Tensor  # (M,) float32: that row's repetition penalty
+    output_rows: Tensor  # (N,) int64: batch row of each output token under presence/frequency
+    output_ids: Tensor  # (N,) int64
+    output_presence: Tensor  # (N,) float32: that row's presence penalty
+    output_frequency: Tensor  # (N,) float32: that row's frequency penalty
+
+    @classmethod
+    def build(cls, rows: Sequence[RowInput], device: torch.device | str) -> PenaltyRows | None:
+        seen: list[tuple[int, list[Sequence[int]]]] = []
+        counted: list[tuple[int, list[Sequence[int]]]] = []
+        for i, row in enumerate(rows):
+            if row.params.repetition_penalty != 1:
+                seen.append((i, [row.prompt_token_ids, row.output_token_ids]))
+            if row.params.presence_penalty != 0 or row.params.frequency_penalty != 0:
+                counted.append((i, [row.output_token_ids]))
+        if not seen and not counted:
+            return None
+        per_row = torch.tensor(
+            [
+                [r.params.repetition_penalty, r.params.presence_penalty, r.params.frequency_penalty]
+                for r in rows
+            ],
+            dtype=torch.float32,
+        )  # (B, 3)
+        seen_rows, seen_ids = _flatten(seen)
+        output_rows, output_ids = _flatten(counted)
+        return cls(
+            seen_rows=seen_rows.to(device),
+            seen_ids=seen_ids.to(device),
+            seen_repetition=per_row[seen_rows, 0].to(device),
+            output_rows=output_rows.to(device),
+            output_ids=output_ids.to(device),
+            output_presence=per_row[output_rows, 1].to(device),
+            output_frequency=per_row[output_rows, 2].to(device),
+        )
+
+
+def _flatten(lists: list[tuple[int, list[Sequence[int]]]]) -> tuple[Tensor, Tensor]:
+    """(row, token) pairs of every token in every part, as two flat int64 CPU tensors."""
+    chunks = [torch.as_tensor(tokens, dtype=torch.long) for _, parts in lists for tokens in parts]
+    if not chunks:
+        return torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long)
+    lengths = torch.tensor([len(chunk) for chunk in chunks])
+    owners = torch.tensor([i for i, parts in lists for _ in parts])
+    return torch.repeat_interleave(owners, lengths), torch.cat(chunks).cpu()
+
+
+@dataclass(frozen=True)
+class SamplingRows:
+    """One step's per-row settings as tensors, built once, plus flags that let work be skipped.
+
+    Greedy rows (temperature 0) have their filters switched off here, so the strategies leave
+    them alone and they stay argmax-able; their generators are never drawn from. A sampled row
+    whose generator is None draws from torch's default generator.
+    """
+
+    num_rows: int
+    temperature: Tensor  # (B,) float32, 0 = greedy
+    top_k: Tensor  # (B,) int64, 0 = off
+    top_p: Tensor  # (B,) float32, 1 = off
+    min_p: Tensor  # (B,) float32, 0 = off
+    sampled_index: Tensor  # (S,) int64: rows drawn at random, ascending
+    top_k_index: Tensor  # (R,) int64: rows with top_k > 0
+    top_p_index: Tensor  # (R,) int64: rows with top_p < 1
+    logprob_index: Tensor  # (L,) int64: rows that asked for logprobs
+    sampled_generators: tuple[torch.Generator | None, ...]  # one per sampled row
+    logprob_rows: tuple[int, ...]  # same rows as logprob_index, on the host
+    top_logprobs: tuple[int, ...]  # (B,) how many alternatives each row wants, 0 = none
+    penalties: PenaltyRows | None
+    max_top_k: int
+    top_p_candidates: int  # how many best tokens top-p examines before sorting a row whole
+    max_top_logprobs: int
+    all_greedy: bool
+    any_greedy: bool
+    any_temperature: bool  # some sampled row has temperature != 1
+    any_top_k: bool
+    any_top_p: bool
+    any_min_p: bool
+    any_penalties: bool
+    any_logprobs: bool
+
+    @classmethod
+    def build(cls, rows: Sequence[RowInput], device: torch.device | str = "cpu") -> SamplingRows:
+        params = [row.params for row in rows]
+        sampled = [i for i, p in enumerate(params) if not p.is_greedy]
+        top_k = [0 if p.is_greedy else p.top_k for p in params]
+        top_p = [1.0 if p.is_greedy else p.top_p for p in params]
+        min_p = [0.0 if p.is_greedy else p.min_p for p in params]
+        floats = torch.tensor(
+            [[p.temperature for p in params], top_p, min_p], dtype=torch.float32
+        ).to(device)  # (3, B)
+        top_p_ks = [top_k[i] for i in sampled if top_p[i] < 1]
+        if top_p_ks and min(top_p_ks) > 0:
+            top_p_candidates = max(top_p_ks)  # each nucleus lies inside its row's top k
+        else:
+            top_p_candidates = max([TOP_P_CANDIDATES, *top_p_ks])
+        logprob_rows = tuple(i for i, p in enumerate(params) if p.logprobs)
+        top_logprobs = tuple(p.top_logprobs if p.logprobs else 0 for p in params)
+        penalties = PenaltyRows.build(rows, device)
+        return cls(
+            num_rows=len(params),
+            temperature=floats[0],
+            top_k=torch.tensor(top_k, dtype=torch.long, device=device),
+            top_p=floats[1],
+            min_p=floats[2],
+            sampled_index=torch.tensor(sampled, dtype=torch.long, device=device),
+            top_k_index=_index([k > 0 for k in top_k], device),
+            top_p_index=_index([p < 1 for p in top_p], device),
+            logprob_index=torch.tensor(logprob_rows, dtype=torch.long, device=device),
+            sampled_generators=tuple(rows[i].generator for i in sampled),
+            logprob_rows=logprob_rows,
+            top_logprobs=top_logprobs,
+            penalties=penalties,
+            max_top_k=max(top_k, default=0),
+            top_p_candidates=top_p_candidates,
+            max_top_logprobs=max(top_logprobs, default=0),
+            all_greedy=not sampled,
+            any_greedy=len(sampled) < len(params),
+            any_temperature=any(params[i].temperature != 1 for i in sampled),
+            any_top_k=any(k > 0 for k in top_k),
+            any_top_p=bool(top_p_ks),
+            any_min_p=any(p > 0 for p in min_p),
+            any_penalties=penalties is not None,
+            any_logprobs=bool(logprob_rows),
+        )
+
+
+def _index(flags: list[bool], device: torch.device | str) -> Tensor:
+    return torch.tensor([i for i, f in enumerate(flags) if f], dtype=torch.long, device=device)
+
+
+def _take(logits: Tensor, index: Tensor) -> Tensor:
+    """The rows in index (ascending); the tensor itself when index covers every row."""
+    return logits if index.numel() == logits.shape[0] else logits.index_select(0, index)
+
+
+def _mask_below_(logits: Tensor, index: Tensor, rows: Tensor, threshold: Tensor) -> Tensor:
+    """Write -inf below each threshold (R, 1) into the rows `index` (R,) of logits, whose
+    values `rows` (R, V) are either logits itself (every row) or a copy."""
+    masked = rows.masked_fill_(rows < threshold, _NEG_INF)
+    return masked if index.numel() == logits.shape[0] else logits.index_copy_(0, index, masked)
+
+
+class BaseSamplingStrategy(ABC):
+    """One transformation of (B, V) float32 logits; filtered-out entries become -inf.
+
+    Strategies work in place (a full pass over B x V costs milliseconds on a small CPU); the
+    pipeline hands them a copy it owns.
+    """
+
+    @abstractmethod
+    def apply(self, logits: Tensor, rows: SamplingRows) -> Tensor:
+        """Transform logits, possibly in place, and return the result."""
+
+
+class TemperatureStrategy(BaseSamplingStrategy):
+    """Divide each sampled row by its temperature; greedy rows are left as they are."""
+
+    def apply(self, logits: Tensor, rows: SamplingRows) -> Tensor:
+        if not rows.any_temperature:
+            return logits
+        temperature = rows.temperature.clamp(min=MIN_TEMPERATURE)
+        divisor = torch.where(rows.temperature > 0, temperature, 1.0).unsqueeze(1)  # (B, 1)
+        return logits.div_(divisor)
+
+
+class TopKStrategy(BaseSamplingStrategy):
+    """Keep each row's k largest logits (ties with the k-th are kept too)."""
+
+    def apply(self, logits: Tensor, rows: SamplingRows) -> Tensor:
+        if not rows.any_top_k:
+            return logits
+        vocab = logits.shape[-1]
+        sub = _take(logits, rows.top_k_index)  # (R, V)
+        k = rows.top_k.index_select(0, rows.top_k_index).clamp(max=vocab)  # (R,)
+        best = sub.topk(min(rows.max_top_k, vocab), dim=-1).values  # (R, K) descending
+        return _mask_below_(logits, rows.top_k_index, sub, best.gather(1, (k - 1).unsqueeze(1)))
+
+
+class TopPStrategy(BaseSamplingStrategy):
+    """Keep each row's smallest set of best tokens whose probability reaches top_p.
+
+    A token stays while the mass of the tokens ranked above it is below p; ties with the last
+    kept token stay too. The cut-off is found among the row's top_p_candidates best tokens,
+    which gives the same cumulative sums as a full sort up to that rank, and a row is sorted
+    whole only when its nucleus is wider than that.
+    """
+
+    def apply(self, logits: Tensor, rows: SamplingRows) -> Tensor:
+        if not rows.any_top_p:
+            return logits
+        index = rows.top_p_index
+        sub = _take(logits, index)  # (R, V)
+        top_p = rows.top_p.index_select(0, index).unsqueeze(1)  # (R, 1)
+        probs = torch.softmax(sub, dim=-1)  # (R, V)
+        num_candidates = min(rows.top_p_candidates, sub.shape[-1])
+        values, ids = sub.topk(num_candidates, dim=-1)  # (R, K) descending
+        threshold, is_inside = _nucleus_cut(values, probs.gather(1, ids), top_p)
+        if num_candidates < sub.shape[-1]:
+            wide = (~is_inside).nonzero().squeeze(1)
+            if wide.numel() > 0:
+                values, ids = sub.index_select(0, wide).sort(dim=-1, descending=True)
+                wide_probs = probs.index_select(0, wide).gather(1, ids)
+                wide_cut, _ = _nucleus_cut(values, wide_probs, top_p.index_select(0, wide))
+                threshold = threshold.index_copy(0, wide, wide_cut)
+        return _mask_below_(logits, index, sub, threshold)
+
+
+def _nucleus_cut(values: Tensor, probs: Tensor, top_p: Tensor) -> tuple[Tensor, Tensor]:
+    """Lowest kept logit (R, 1) from the best K logits (R, K) in descending order and their
+    probabilities, and whether each row's nucleus ends inside those K (R,)."""
+    num_before = (probs.cumsum(dim=-1) < top_p).sum(dim=-1, keepdim=True)  # (R, 1)
+    last = values.shape[-1] - 1
+    is_inside = (num_before <= last).squeeze(1) | torch.isneginf(values[:, last])
+    return values.gather(1, num_before.clamp(max=last)), is_inside
+
+
+class MinPStrategy(BaseSamplingStrategy):
+    """Drop tokens less likely than min_p times the row's most likely token."""
+
+    def apply(self, logits: Tensor, rows: SamplingRows) -> Tensor:
+        if not rows.any_min_p:
+            return logits
+        # p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p); log(0) = -inf keeps all.
+        threshold = logits.amax(dim=-1, keepdim=True) + torch.log(rows.min_p).unsqueeze(1)
+        return logits.masked_fill_(logits < threshold, _NEG_INF)
+
+
+class SamplingPipeline:
+    """Strategies applied in order, then softmax and one inverse-CDF draw per sampled row."""
+
+    def __init__(self, strategies: Sequence[BaseSamplingStrategy]) -> None:
+        self.strategies = tuple(strategies)
+
+    @classmethod
+    def default(cls) -> SamplingPipeline:
+        return cls([TemperatureStrategy(), TopKStrategy(), TopPStrategy(), MinPStrategy()])
+
+    def apply(self, logits: Tensor, rows: SamplingRows) -> Tensor:
+        """Filtered logits (B, V), in a copy: the input is never written."""
+        logits = logits.clone()
+        for strategy in self.strategies:
+            logits = strategy.apply(logits, rows)
+        return logits
+
+    def draw(self, logits: Tensor, rows: SamplingRows) -> Tensor:
+        """Token ids (S,) of the sampled rows, each from one uniform of the row's generator."""
+        probs = torch.softmax(_take(self.apply(logits, rows), rows.sampled_index), dim=-1)
+        return inverse_cdf(probs, _uniforms(rows.sampled_generators, probs.device))
+
+
+def _uniforms(generators: Sequence[torch.Generator | None], device: torch.device) -> Tensor:
+    """One uniform in [0, 1) per generator (S,), in order; None draws from torch's default."""
+    if not generators:
+        return torch.empty(0, device=device)
+    draws = [
+        torch.rand(1, generator=g, device=g.device if g is not None else "cpu") for g in generators
+    ]
+    return torch.cat([d.to(device) for d in draws])
+
+
+def inverse_cdf(probs: Tensor, uniforms: Tensor) -> Tensor:
+    """Token (S,) of each row of probs (S, V) where its cumulative sum first exceeds u (S,).
+
+    Tokens with zero probability are never returned: if rounding leaves the last cumulative
+    value at or below u, the row's last token with nonzero probability is taken.
+    """
+    cdf = probs.cumsum(dim=-1)  # (S, V)
+    ids = torch.searchsorted(cdf, uniforms.unsqueeze(1), right=True).squeeze(1)  # (S,)
+    vocab = probs.shape[-1]
+    overflow = ids >= vocab
+    if bool(overflow.any()):
+        last = vocab - 1 - (probs.flip(-1) > 0).to(torch.uint8).argmax(dim=-1)
+        ids = torch.where(overflow, last, ids)
+    return ids
+
+
+def apply_penalties(logits: Tensor, penalties: PenaltyRows) -> Tensor:
+    """A copy of logits (B, V) with penalties applied; the input is never written.
+
+    HF repetition penalty over prompt + output first (a seen token's positive logit is divided
+    by r, a negative one multiplied), then OpenAI's over output tokens only:
+    logit -= presence * (count > 0) + frequency * count.
+    """
+    out = torch.clone(logits, memory_format=torch.contiguous_format)
+    flat = out.view(-1)  # (B * V,)
+    vocab = logits.shape[-1]
+    if penalties.seen_ids.numel() > 0:
+        # A token seen twice is written twice with the same value, computed from the original.
+        seen = penalties.seen_rows * vocab + penalties.seen_ids  # (M,)
+        values, r = flat[seen], penalties.seen_repetition
+        flat[seen] = torch.where(values > 0, values / r, values * r)
+    if penalties.output_ids.numel() > 0:
+        counted = penalties.output_rows * vocab + penalties.output_ids  # (N,)
+        _, inverse, counts = torch.unique(counted, return_inverse=True, return_counts=True)
+        count = counts[inverse].to(out.dtype)  # (N,) occurrences of each pair's token, all > 0
+        penalty = penalties.output_presence + penalties.output_frequency * count
+        flat[counted] = flat[counted] - penalty
+    return out
+
+
+@dataclass(frozen=True)
+class SampleOutput:
+    """One step's picks; logprob fields are None for rows that did not ask."""
+
+    token_ids: list[int]
+    logprobs: list[float | None]
+    top_logprobs: list[list[tuple[int, float]] | None]
+
+
+_DEFAULT_PIPELINE = SamplingPipeline.default()
+
+
+def sample_batch(
+    logits: Tensor, rows: SamplingRows, pipeline: SamplingPipeline | None = None
+) -> SampleOutput:
+    """Each row's next token from its logits (B, V), with its own settings and generator."""
+    if logits.ndim != 2 or logits.shape[0] != rows.num_rows:
+        raise ValueError(f"logits must be ({rows.num_rows}, V), got {tuple(logits.shape)}")
+    logits = logits.float()
+    if rows.penalties is not None:
+        logits = apply_penalties(logits, rows.penalties)
+    token_ids = _pick(logits, rows, pipeline or _DEFAULT_PIPELINE)
+    if not rows.any_logprobs:
+        return SampleOutput(token_ids.tolist(), [None] * rows.num_rows, [None] * rows.num_rows)
+    logprobs, top_logprobs = _logprobs(logits, rows, token_ids)
+    return SampleOutput(token_ids.tolist(), logprobs, top_logprobs)
+
+
+def _pick(logits: Tensor, rows: SamplingRows, pipeline: SamplingPipeline) -> Tensor:
+    """Token ids (B,): argmax for greedy rows, a pipeline draw for the others."""
+    if rows.all_greedy:
+        return _argmax(logits)
+    drawn = pipeline.draw(logits, rows)  # (S,)
+    if not rows.any_greedy:
+        return drawn
+    return _argmax(logits).index_copy_(0, rows.sampled_index, drawn)
+
+
+def _argmax(logits: Tensor) -> Tensor:
+    # max(dim).indices is the first maximum like argmax, and about 1.7x faster on CPU.
+    return logits.max(dim=-1).indices
+
+
+def _logprobs(
+    logits: Tensor, rows: SamplingRows, token_ids: Tensor
+) -> tuple[list[float | None], list[list[tuple[int, float]] | None]]:
+    # Logprobs describe the model after penalties but before temperature and filters, so a
+    # row reports the same numbers whatever its temperature/top-k/top-p, and no kept token
+    # ever reads -inf.
+    logprobs = torch.log_softmax(_take(logits, rows.logprob_index), dim=-1)  # (L, V)
+    picked = token_ids.index_select(0, rows.logprob_index).unsqueeze(1)  # (L, 1)
+    chosen = logprobs.gather(1, picked).squeeze(1).tolist()
+    num_top = min(rows.max_top_logprobs, logprobs.shape[-1])
+    top_values: list[list[float]] = []
+    top_ids: list[list[int]] = []
+    if num_top > 0:
+        top = logprobs.topk(num_top, dim=-1)  # sorted, descending
+        top_values, top_ids = top.values.tolist(), top.indices.tolist()
+    out: list[float | None] = [None] * rows.num_rows
+    out_top: list[list[tuple[int, float]] | None] = [None] * rows.num_rows
+    for j, row in enumerate(rows.logprob_rows):
+        out[row] = chosen[j]
+        wanted = rows.top_logprobs[row]
+        if wanted > 0:
+            out_top[row] = list(zip(top_ids[j][:wanted], top_values[j][:wanted], strict=True))
+    return out, out_top
+
+
+def sample(
+    logits: Tensor,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """One-shot shortcut: token ids (B,) for logits (B, V), a 0-d id for (V,); all rows share
+    the settings and draw from `generator` in row order."""
+    if logits.ndim not in (1, 2) or logits.shape[-1] == 0 or not logits.is_floating_point():
+        raise ValueError(
+            f"logits must be a float (V,) or (B, V) tensor with V >= 1, "
+            f"got {logits.dtype} {tuple(logits.shape)}"
+        )
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+    batch = logits.reshape(-1, logits.shape[-1]).float()  # (B, V)
+    row = SamplingRow(params, generator)
+    token_ids = _pick(
+        batch, SamplingRows.build([row] * batch.shape[0], logits.device), _DEFAULT_PIPELINE
+    )
+    return token_ids[0] if logits.ndim == 1 else token_ids

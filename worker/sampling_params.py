@@ -1,0 +1,104 @@
+"""SamplingParams: one request's generation settings, validated when built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+MAX_TOP_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request picks tokens and when it stops.
+
+    Defaults follow the AstrAI GenerationRequest table (temperature 1.0, top_k 50, top_p
+    1.0). temperature 0 is greedy; top_k 0 and top_p 1.0 switch those filters off.
+    max_tokens None means "until a stop or the context is full".
+    """
+
+    temperature: float = 1.0
+    top_k: int = 50
+    top_p: float = 1.0
+    min_p: float = 0.0
+    max_tokens: int | None = None
+    min_tokens: int = 0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    logprobs: bool = False
+    top_logprobs: int = 0
+    n: int = 1
+    skip_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.temperature >= 0, "temperature", self.temperature, "must be >= 0")
+        _check(isinstance(self.top_k, int) and self.top_k >= 0, "top_k", self.top_k, "must be >= 0")
+        _check(0 < self.top_p <= 1, "top_p", self.top_p, "must be in (0, 1]")
+        _check(0 <= self.min_p <= 1, "min_p", self.min_p, "must be in [0, 1]")
+        if self.max_tokens is not None:
+            _check(
+                isinstance(self.max_tokens, int) and self.max_tokens >= 1,
+                "max_tokens",
+                self.max_tokens,
+                "must be >= 1",
+            )
+        _check(self.min_tokens >= 0, "min_tokens", self.min_tokens, "must be >= 0")
+        if self.max_tokens is not None:
+            _check(
+                self.min_tokens <= self.max_tokens,
+                "min_tokens",
+                self.min_tokens,
+                f"must be <= max_tokens ({self.max_tokens})",
+            )
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            _check(-2 <= value <= 2, name, value, "must be in [-2, 2]")
+        penalty = self.repetition_penalty
+        _check(penalty > 0, "repetition_penalty", penalty, "must be > 0")
+        _check(
+            0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
+            "top_logprobs",
+            self.top_logprobs,
+            f"must be in [0, {MAX_TOP_LOGPROBS}]",
+        )
+        _check(isinstance(self.n, int) and self.n >= 1, "n", self.n, "must be >= 1")
+        for stop in self.stop:
+            _check(isinstance(stop, str) and stop != "", "stop", stop, "must be non-empty strings")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def has_penalties(self) -> bool:
+        return (
+            self.presence_penalty != 0
+            or self.frequency_penalty != 0
+            or self.repetition_penalty != 1
+        )
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> SamplingParams:
+        """Build from keyword arguments; an unknown one is a ValueError naming it."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ValueError(f"unknown sampling parameter {unknown[0]!r}")
+        if isinstance(kwargs.get("stop"), str):
+            kwargs["stop"] = (kwargs["stop"],)
+        for name in ("stop", "stop_token_ids"):
+            if name in kwargs and kwargs[name] is not None:
+                kwargs[name] = tuple(kwargs[name])
+            elif name in kwargs:
+                kwargs[name] = ()
+        return cls(**kwargs)
+
+
+def _check(ok: bool, name: str, value: Any, rule: str) -> None:
+    if not ok:
+        raise ValueError(f"{name} {rule}, got {value!r}")
