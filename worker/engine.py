@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from worker.errors import RequestError
 from worker.kv.base import KVCache, KVStorage
 from worker.kv.contiguous import ContiguousCache
 from worker.kv.paged import PageCache
@@ -25,6 +26,7 @@ from worker.sequence import EventSink, FinishReason, TokenEvent
 from worker.tokenizer import Tokenizer
 
 KV_CACHE_KINDS = ("paged", "contiguous")
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class EngineOptions:
     prefill_token_budget: int = 512
     enable_prefix_caching: bool = True
     num_threads: int | None = None
+    served_model_name: str | None = None  # the name clients ask for; default: from the path
 
     def __post_init__(self) -> None:
         if self.kv_cache not in KV_CACHE_KINDS:
@@ -62,7 +65,9 @@ class InferenceEngine:
             torch.set_num_threads(opts.num_threads)
         device = torch.device(opts.device)
         self.model_dir = resolve_model_dir(model)
-        self.model_name = Path(model).stem if model is not None else "SmolLM2-135M-Instruct"
+        self.model_name = opts.served_model_name or (
+            Path(model).stem if model is not None else DEFAULT_MODEL_NAME
+        )
         config = load_config(self.model_dir)
         self.config = config
         self.dtype = resolve_dtype(opts.dtype, device)
@@ -127,7 +132,7 @@ class InferenceEngine:
     ) -> None:
         """Queue a request whose prompt is already tokenized."""
         if not prompt_ids:
-            raise ValueError("prompt must not be empty")
+            raise RequestError("prompt must not be empty", "prompt")
         self.scheduler.add(self.requests.build(request_id, prompt_ids, params, sink))
 
     def abort(self, request_id: str) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from worker.errors import ContextLengthExceeded, RequestError
 from worker.sampling_params import SamplingParams
 from worker.sequence import EventSink, Sequence
 from worker.stop import StopStringMatcher
@@ -51,24 +52,30 @@ def message_text(content: Any, where: str) -> str:
         texts = []
         for i, part in enumerate(content):
             if not isinstance(part, Mapping) or part.get("type") != "text":
-                raise ValueError(f"{where}.content[{i}] must be a text part, got {part!r}")
+                raise RequestError(
+                    f"{where}.content[{i}] must be a text part, got {part!r}", "messages"
+                )
             if not isinstance(part.get("text"), str):
-                raise ValueError(f"{where}.content[{i}].text must be a string")
+                raise RequestError(f"{where}.content[{i}].text must be a string", "messages")
             texts.append(part["text"])
         return "".join(texts)
-    raise ValueError(f"{where}.content must be a string or a list of text parts, got {content!r}")
+    raise RequestError(
+        f"{where}.content must be a string or a list of text parts, got {content!r}", "messages"
+    )
 
 
 def normalize_messages(messages: SequenceABC[Message]) -> list[dict[str, str]]:
     if not messages:
-        raise ValueError("messages must not be empty")
+        raise RequestError("messages must not be empty", "messages")
     normalized = []
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping):
-            raise ValueError(f"messages[{i}] must be an object with role and content")
+            raise RequestError(f"messages[{i}] must be an object with role and content", "messages")
         role = message.get("role")
         if role not in CHAT_ROLES:
-            raise ValueError(f"messages[{i}].role must be one of {CHAT_ROLES}, got {role!r}")
+            raise RequestError(
+                f"messages[{i}].role must be one of {CHAT_ROLES}, got {role!r}", "messages"
+            )
         normalized.append(
             {"role": role, "content": message_text(message.get("content"), f"messages[{i}]")}
         )
@@ -92,29 +99,33 @@ class RequestFactory:
     def prompt_token_ids(self, prompt: Prompt, chat: bool = True) -> list[int]:
         if isinstance(prompt, str):
             if not prompt:
-                raise ValueError("prompt must not be empty")
+                raise RequestError("prompt must not be empty", "prompt")
             if chat and self.tokenizer.has_chat_template:
                 return self.tokenizer.encode_chat([{"role": "user", "content": prompt}])
             return self.tokenizer.encode(prompt)
         if isinstance(prompt, SequenceABC):
             return self.tokenizer.encode_chat(normalize_messages(prompt))
-        raise ValueError(
-            f"prompt must be a string or a list of messages, got {type(prompt).__name__}"
+        raise RequestError(
+            f"prompt must be a string or a list of messages, got {type(prompt).__name__}",
+            "prompt",
         )
 
     def check_length(self, num_prompt_tokens: int, params: SamplingParams) -> int:
-        """The most tokens prompt + output may reach; ValueError if the prompt cannot fit."""
+        """The most tokens prompt + output may reach; ContextLengthExceeded if it cannot fit."""
         limit = self.max_model_len
         if num_prompt_tokens >= limit:
-            raise ValueError(
-                f"prompt is too long: {num_prompt_tokens} tokens, the context holds {limit}"
+            raise ContextLengthExceeded(
+                f"prompt is too long: {num_prompt_tokens} tokens > {limit - 1} maximum "
+                f"(the context holds {limit}, including at least one new token)",
+                "messages",
             )
         if params.max_tokens is None:
             return limit
         if num_prompt_tokens + params.max_tokens > limit:
-            raise ValueError(
+            raise ContextLengthExceeded(
                 f"max_tokens {params.max_tokens} + prompt {num_prompt_tokens} tokens "
-                f"exceeds the context of {limit}"
+                f"exceeds the context of {limit}",
+                "max_tokens",
             )
         return num_prompt_tokens + params.max_tokens
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from worker.errors import RequestError
+
 MAX_TOP_LOGPROBS = 20
 
 
@@ -88,7 +90,7 @@ class SamplingParams:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            raise ValueError(f"unknown sampling parameter {unknown[0]!r}")
+            raise RequestError(f"unknown sampling parameter {unknown[0]!r}", param=unknown[0])
         if isinstance(kwargs.get("stop"), str):
             kwargs["stop"] = (kwargs["stop"],)
         for name in ("stop", "stop_token_ids"):
@@ -101,4 +103,4 @@ class SamplingParams:
 
 def _check(ok: bool, name: str, value: Any, rule: str) -> None:
     if not ok:
-        raise ValueError(f"{name} {rule}, got {value!r}")
+        raise RequestError(f"{name} {rule}, got {value!r}", param=name)

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from worker.errors import RequestError
+
 REPLACEMENT_CHAR = "\ufffd"
 # Prompt tokens kept as context when detokenizing the first generated tokens, so that a
 # tokenizer that drops a leading space on a lone token still decodes it right.
@@ -37,7 +39,7 @@ class Tokenizer:
     def encode_chat(self, messages: Sequence[dict[str, Any]]) -> list[int]:
         """The model's chat template over `messages`, ending with the assistant's turn."""
         if not self.has_chat_template:
-            raise ValueError("messages need a chat template, and this model has none")
+            raise RequestError("messages need a chat template, and this model has none", "messages")
         ids = self._hf.apply_chat_template(
             list(messages), add_generation_prompt=True, tokenize=True, return_dict=False
         )

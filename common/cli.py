@@ -1,0 +1,132 @@
+"""The `astrai` command line: serve, gateway, worker."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from common.wire import DEFAULT_WORKER_BIND
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def _gateway_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (loopback)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--api-key", default=os.environ.get("ASTRAI_API_KEY"))
+    parser.add_argument(
+        "--routing", default="least_loaded", choices=("least_loaded", "round_robin")
+    )
+    parser.add_argument("--heartbeat-timeout", type=float, default=3.0, metavar="SECONDS")
+    parser.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
+
+
+def _engine_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=None, help="HF folder or .gguf (default: SmolLM2-135M)")
+    parser.add_argument("--served-model-name", default=None, help="name clients use for it")
+    parser.add_argument("--dtype", default="auto", choices=DTYPES)
+    parser.add_argument("--kv-cache-mb", type=int, default=1024)
+    parser.add_argument("--max-seqs", type=int, default=64)
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--prefill-token-budget", type=int, default=512)
+    parser.add_argument("--no-prefix-caching", action="store_true")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="astrai", description="AstrAI Serve")
+    parser.add_argument("--log-level", default="info")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="a gateway plus N local workers")
+    _gateway_args(serve)
+    _engine_args(serve)
+    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument(
+        "--worker-bind", default=None, help="worker socket (default: a free loopback port)"
+    )
+    serve.add_argument("--startup-timeout", type=float, default=600.0, metavar="SECONDS")
+
+    gateway = sub.add_parser("gateway", help="the HTTP gateway alone")
+    _gateway_args(gateway)
+    gateway.add_argument("--worker-bind", default=DEFAULT_WORKER_BIND)
+
+    worker = sub.add_parser("worker", help="one worker process that dials a gateway")
+    worker.add_argument(
+        "--gateway", default=DEFAULT_WORKER_BIND, help="the gateway's worker socket"
+    )
+    _engine_args(worker)
+    worker.add_argument("--device", default="cpu", help="cpu, cuda or cuda:K")
+    worker.add_argument("--worker-id", default=None)
+    worker.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    return parser
+
+
+def run_gateway(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.config import GatewayConfig
+
+    config = GatewayConfig(
+        host=args.host,
+        port=args.port,
+        worker_bind=args.worker_bind,
+        api_key=args.api_key,
+        routing=args.routing,
+        heartbeat_timeout_s=args.heartbeat_timeout,
+        max_body_bytes=args.max_body_bytes,
+    )
+    uvicorn.run(
+        create_app(config),
+        host=config.host,
+        port=config.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=5,
+    )
+    return 0
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    import socket
+    import uuid
+
+    from worker.engine import InferenceEngine
+    from worker.main import WorkerConfig, serve_worker
+
+    worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    config = WorkerConfig(gateway=args.gateway, worker_id=worker_id)
+    engine = InferenceEngine(
+        args.model,
+        served_model_name=args.served_model_name,
+        device=args.device,
+        dtype=args.dtype,
+        kv_cache_mb=args.kv_cache_mb,
+        max_seqs=args.max_seqs,
+        max_model_len=args.max_model_len,
+        prefill_token_budget=args.prefill_token_budget,
+        enable_prefix_caching=not args.no_prefix_caching,
+        num_threads=args.threads,
+    )
+    serve_worker(engine, config)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    if args.command == "gateway":
+        return run_gateway(args)
+    if args.command == "worker":
+        return run_worker(args)
+    from common.supervisor import run_serve
+
+    return run_serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Wire messages between gateway and workers: typed, frozen, tagged, versioned."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+PROTOCOL_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Message:
+    """Base of every wire message; `tag` names the type on the wire."""
+
+    tag: ClassVar[str] = ""
+
+
+# -- worker → gateway ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Register(Message):
+    """A worker announces itself. A new incarnation means a restarted process."""
+
+    tag: ClassVar[str] = "register"
+    worker_id: str
+    incarnation: str
+    model: str
+    max_context: int
+    max_seqs: int
+    kv_pages: int
+    page_size: int
+    pid: int
+    host: str
+
+
+@dataclass(frozen=True)
+class Heartbeat(Message):
+    """Load and counters, every heartbeat interval; also proves the worker is alive."""
+
+    tag: ClassVar[str] = "heartbeat"
+    worker_id: str
+    incarnation: str
+    waiting: int
+    running: int
+    kv_pages_free: int
+    kv_pages_total: int
+    prefix_cache_hit_tokens: int
+    stats: dict[str, Any] = field(default_factory=dict)
+    draining: bool = False
+
+
+@dataclass(frozen=True)
+class Accepted(Message):
+    """The worker queued the request; sent before any token."""
+
+    tag: ClassVar[str] = "accepted"
+    request_id: str
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class Rejected(Message):
+    """The worker refused the request before doing any work for it."""
+
+    tag: ClassVar[str] = "rejected"
+    request_id: str
+    code: str  # invalid_request | context_length_exceeded | overloaded | internal
+    message: str
+    param: str | None = None
+
+
+@dataclass(frozen=True)
+class Tokens(Message):
+    """New text of one choice. `logprobs`: [token_id, text, logprob, [[id, text, lp], …]]."""
+
+    tag: ClassVar[str] = "tokens"
+    request_id: str
+    index: int
+    text: str
+    token_ids: list[int]
+    logprobs: list[list[Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Finished(Message):
+    """One choice ended: finish reason stop | length | abort | error, and its usage."""
+
+    tag: ClassVar[str] = "finished"
+    request_id: str
+    index: int
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    stop: str | int | None = None
+    error: str | None = None
+
+
+# -- gateway → worker ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Submit(Message):
+    """Generate for chat `messages` (or a raw `prompt`) with sampling `params`."""
+
+    tag: ClassVar[str] = "submit"
+    request_id: str
+    params: dict[str, Any]
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+
+
+@dataclass(frozen=True)
+class Abort(Message):
+    """Stop a request: its client went away, a stop was hit, or the gateway shuts down."""
+
+    tag: ClassVar[str] = "abort"
+    request_id: str
+
+
+MESSAGE_TYPES: dict[str, type[Message]] = {
+    cls.tag: cls
+    for cls in (Register, Heartbeat, Accepted, Rejected, Tokens, Finished, Submit, Abort)
+}

@@ -1,0 +1,142 @@
+"""`astrai serve`: start a gateway and N local workers, wait for them, stop them all together."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+
+PR_SET_PDEATHSIG = 1
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM if the supervisor dies, even by SIGKILL."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _spawn(argv: Sequence[str]) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "common.cli", *argv]
+    return subprocess.Popen(command, preexec_fn=_die_with_parent)
+
+
+def _workers_ready(url: str) -> int:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            return int(json.loads(response.read()).get("workers", 0))
+    except (urllib.error.URLError, OSError, ValueError):
+        return 0
+
+
+def _engine_argv(args: argparse.Namespace) -> list[str]:
+    argv = [
+        "--dtype",
+        args.dtype,
+        "--kv-cache-mb",
+        str(args.kv_cache_mb),
+        "--max-seqs",
+        str(args.max_seqs),
+        "--prefill-token-budget",
+        str(args.prefill_token_budget),
+    ]
+    for flag, value in (
+        ("--model", args.model),
+        ("--served-model-name", args.served_model_name),
+        ("--max-model-len", args.max_model_len),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    if args.no_prefix_caching:
+        argv.append("--no-prefix-caching")
+    return argv
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise SystemExit(f"--workers must be >= 1, got {args.workers}")
+    worker_bind = args.worker_bind or f"tcp://127.0.0.1:{free_loopback_port()}"
+    gateway_argv = [
+        "--log-level",
+        args.log_level,
+        "gateway",
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+        "--worker-bind",
+        worker_bind,
+        "--routing",
+        args.routing,
+        "--heartbeat-timeout",
+        str(args.heartbeat_timeout),
+        "--max-body-bytes",
+        str(args.max_body_bytes),
+    ]
+    if args.api_key:
+        gateway_argv += ["--api-key", args.api_key]
+    threads = max(1, (os.cpu_count() or 1) // args.workers)  # split the cores, no oversubscription
+    children = [_spawn(gateway_argv)]
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        for i in range(args.workers):
+            worker_argv = ["--log-level", args.log_level, "worker", "--gateway", worker_bind]
+            worker_argv += ["--worker-id", f"worker-{i}", "--threads", str(threads)]
+            children.append(_spawn(worker_argv + _engine_argv(args)))
+        url = f"http://{args.host}:{args.port}"
+        deadline = time.monotonic() + args.startup_timeout
+        while not stopping and _workers_ready(url) < args.workers:
+            if any(child.poll() is not None for child in children):
+                print("astrai serve: a child process exited during startup", file=sys.stderr)
+                return 1
+            if time.monotonic() > deadline:
+                print("astrai serve: workers did not register in time", file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+        if not stopping:
+            print(f"AstrAI Serve ready at {url} ({args.workers} worker(s))", flush=True)
+        while not stopping:
+            if any(child.poll() is not None for child in children):
+                print("astrai serve: a child process exited; stopping", file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+        return 0
+    finally:
+        _stop_all(children)
+
+
+def _stop_all(children: list[subprocess.Popen[bytes]], grace_s: float = 10.0) -> None:
+    """SIGTERM every child (workers first), then SIGKILL whatever is left after the grace."""
+    for child in reversed(children):
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for child in children:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

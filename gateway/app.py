@@ -1,0 +1,117 @@
+"""The Starlette application: routes, auth, and the worker hub's lifetime."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from gateway.auth import check_api_key
+from gateway.config import GatewayConfig
+from gateway.errors import ErrorKind, GatewayError
+from gateway.handler import ProtocolHandler
+from gateway.protocols.anthropic import AnthropicResponseBuilder
+from gateway.protocols.base import ResponseBuilder
+from gateway.protocols.openai import OpenAIResponseBuilder
+from gateway.registry import WorkerRegistry
+from gateway.router import make_policy
+from gateway.stats import GatewayMetrics, aggregate_stats, render_prometheus
+from gateway.workers import WorkerHub
+
+log = logging.getLogger(__name__)
+
+
+class Gateway:
+    """Everything the routes share: registry, hub, policy, metrics and one handler per protocol."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self.config = config
+        self.registry = WorkerRegistry()
+        self.hub = WorkerHub(
+            config.worker_bind, self.registry, config.heartbeat_timeout_s, config.max_frame_bytes
+        )
+        self.policy = make_policy(config.routing)
+        self.hub.on_worker_gone.append(self.policy.forget)
+        self.metrics = GatewayMetrics()
+        self.started_at = time.time()
+        self.openai = self._handler(OpenAIResponseBuilder())
+        self.anthropic = self._handler(AnthropicResponseBuilder())
+
+    def _handler(self, builder: ResponseBuilder) -> ProtocolHandler:
+        return ProtocolHandler(
+            builder, self.hub, self.registry, self.policy, self.metrics, self.config
+        )
+
+    # -- routes -------------------------------------------------------------------------------
+    def _protected(self, handler: ProtocolHandler) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                check_api_key(request, self.config.api_key)
+                return await handler.handle(request)
+            except GatewayError as error:
+                return handler.error_response(error)
+            except Exception:  # never a bare 500: render it in the protocol's shape
+                log.exception("unhandled error in %s", request.url.path)
+                return handler.error_response(
+                    GatewayError(ErrorKind.INTERNAL, "internal error; see the gateway log")
+                )
+
+        return endpoint
+
+    async def models(self, request: Request) -> Response:
+        try:
+            check_api_key(request, self.config.api_key)
+        except GatewayError as error:
+            return self.openai.error_response(error)
+        created = int(self.started_at)
+        data = [
+            {"id": model, "object": "model", "created": created, "owned_by": "astrai"}
+            for model in self.registry.models()
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def health(self, request: Request) -> Response:
+        workers = len(self.registry.live())
+        if workers == 0:
+            return JSONResponse({"detail": "no worker is ready"}, status_code=503)
+        return JSONResponse({"status": "ok", "model_loaded": True, "workers": workers})
+
+    async def stats(self, request: Request) -> Response:
+        stats = aggregate_stats(self.registry)
+        stats["dropped_frames"] = dict(self.hub.drops.counts)
+        stats["open_requests"] = self.hub.num_open
+        return JSONResponse(stats)
+
+    async def prometheus(self, request: Request) -> Response:
+        text = render_prometheus(self.registry, self.metrics, self.hub.drops.counts)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    def app(self) -> Starlette:
+        @contextlib.asynccontextmanager
+        async def lifespan(_: Starlette) -> AsyncIterator[None]:
+            await self.hub.start()
+            log.info("waiting for workers on %s", self.config.worker_bind)
+            try:
+                yield
+            finally:
+                await self.hub.stop()
+
+        routes = [
+            Route("/v1/chat/completions", self._protected(self.openai), methods=["POST"]),
+            Route("/v1/messages", self._protected(self.anthropic), methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/stats", self.stats, methods=["GET"]),
+            Route("/metrics", self.prometheus, methods=["GET"]),
+        ]
+        return Starlette(routes=routes, lifespan=lifespan)
+
+
+def create_app(config: GatewayConfig) -> Starlette:
+    return Gateway(config).app()

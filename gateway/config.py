@@ -1,0 +1,38 @@
+"""GatewayConfig: every gateway setting, validated when built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.wire import DEFAULT_MAX_FRAME_BYTES, DEFAULT_WORKER_BIND
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    worker_bind: str = DEFAULT_WORKER_BIND
+    api_key: str | None = None
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    routing: str = "least_loaded"
+    heartbeat_timeout_s: float = 3.0
+    accept_timeout_s: float = 60.0  # a worker that never answers Submit
+    submit_attempts: int = 2  # a request not yet accepted is retried once elsewhere
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port must be in 1..65535, got {self.port}")
+        if not self.worker_bind.startswith(("tcp://", "ipc://", "inproc://")):
+            raise ValueError(
+                f"worker_bind must be a ZeroMQ address like tcp://127.0.0.1:5557, "
+                f"got {self.worker_bind!r}"
+            )
+        for name in ("max_body_bytes", "max_frame_bytes", "submit_attempts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("heartbeat_timeout_s", "accept_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("api_key must not be empty")

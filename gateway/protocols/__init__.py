@@ -1,0 +1,1 @@
+"""Protocol builders: one ResponseBuilder per client-facing API."""

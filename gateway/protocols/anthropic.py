@@ -1,0 +1,148 @@
+"""Anthropic /v1/messages: parse requests, shape bodies, stream named events and errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.errors import GatewayError, anthropic_error
+from gateway.protocols.base import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    ChatRequest,
+    ChatResult,
+    ChoiceResult,
+    ResponseBuilder,
+    StreamState,
+    TokenLogprob,
+    sse_event,
+)
+from gateway.protocols.validate import (
+    chat_messages,
+    get_bool,
+    get_int,
+    get_number,
+    get_object,
+    require_object,
+    required_int,
+    required_str,
+    string_list,
+    text_content,
+)
+
+ROLES = {"user": "user", "assistant": "assistant"}
+
+
+class AnthropicResponseBuilder(ResponseBuilder):
+    """Messages API: one text content block, streamed as named SSE events."""
+
+    name = "anthropic"
+    id_prefix = "msg_"
+
+    def parse(self, body: Any) -> ChatRequest:
+        body = require_object(body)
+        model = required_str(body, "model")
+        max_tokens = required_int(body, "max_tokens", low=1)
+        messages = chat_messages(body.get("messages"), ROLES)
+        system = body.get("system")
+        if system is not None:
+            content = text_content(system, "system", "system")
+            messages.insert(0, {"role": "system", "content": content})
+        temperature = get_number(body, "temperature", low=0, high=1)
+        top_p = get_number(body, "top_p", low=0, high=1, low_open=True)
+        top_k = get_int(body, "top_k", low=0)
+        params: dict[str, Any] = {
+            "temperature": 1.0 if temperature is None else temperature,
+            "top_p": 1.0 if top_p is None else top_p,
+            "top_k": 0 if top_k is None else top_k,
+            "n": 1,  # the Messages API has no n
+            "max_tokens": max_tokens,
+        }
+        stop_sequences = body.get("stop_sequences")
+        if stop_sequences is not None:
+            params["stop"] = string_list(stop_sequences, "stop_sequences")
+        return ChatRequest(
+            model=model,
+            messages=messages,
+            params=params,
+            stream=bool(get_bool(body, "stream")),
+            metadata=get_object(body, "metadata") or {},
+        )
+
+    def format_response(self, result: ChatResult) -> dict[str, Any]:
+        choice = min(result.choices, key=lambda c: c.index)  # one choice: n is always 1
+        stop_reason, stop_sequence = _stop_reason(choice)
+        return {
+            "id": result.request_id,
+            "type": "message",
+            "role": "assistant",
+            "model": result.model,
+            "content": [{"type": "text", "text": choice.text}],
+            "stop_reason": stop_reason,
+            "stop_sequence": stop_sequence,
+            # As Anthropic counts: input_tokens excludes what was read from the cache.
+            "usage": {
+                "input_tokens": result.prompt_tokens - result.cached_tokens,
+                "output_tokens": result.completion_tokens,
+                "cache_read_input_tokens": result.cached_tokens,
+            },
+        }
+
+    def stream_start(self, state: StreamState) -> list[str]:
+        message = {
+            "id": state.request_id,
+            "type": "message",
+            "role": "assistant",
+            "model": state.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": state.prompt_tokens, "output_tokens": 0},
+        }
+        block = {"type": "text", "text": ""}
+        return [
+            sse_event("message_start", {"type": "message_start", "message": message}),
+            sse_event(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": block},
+            ),
+        ]
+
+    def stream_tokens(
+        self, state: StreamState, index: int, text: str, logprobs: list[TokenLogprob]
+    ) -> list[str]:
+        if not text:
+            return []
+        delta = {"type": "text_delta", "text": text}
+        payload = {"type": "content_block_delta", "index": 0, "delta": delta}
+        return [sse_event("content_block_delta", payload)]
+
+    def stream_choice_end(self, state: StreamState, choice: ChoiceResult) -> list[str]:
+        stop_reason, stop_sequence = _stop_reason(choice)
+        message_delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+            "usage": {"output_tokens": choice.completion_tokens},
+        }
+        return [
+            sse_event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            sse_event("message_delta", message_delta),
+        ]
+
+    def stream_end(self, state: StreamState) -> list[str]:
+        return [sse_event("message_stop", {"type": "message_stop"})]
+
+    def stream_error(self, state: StreamState, error: GatewayError) -> list[str]:
+        _, body = anthropic_error(error)
+        return [sse_event("error", body)]
+
+    def error_body(self, error: GatewayError) -> tuple[int, dict[str, Any]]:
+        return anthropic_error(error)
+
+
+def _stop_reason(choice: ChoiceResult) -> tuple[str, str | None]:
+    """(stop_reason, stop_sequence): a matched stop string is a stop_sequence, EOS end_turn."""
+    if choice.finish_reason == FINISH_LENGTH:
+        return "max_tokens", None
+    if choice.finish_reason == FINISH_STOP and isinstance(choice.stop, str):
+        return "stop_sequence", choice.stop
+    return "end_turn", None

@@ -1,0 +1,137 @@
+"""The protocol-neutral request and result, and the ResponseBuilder each protocol implements."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.errors import GatewayError
+
+# Finish reasons as workers report them.
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """What a client asked for, in no protocol's shape.
+
+    `params` are the worker's sampling keywords (SamplingParams names: temperature, top_k,
+    top_p, max_tokens, stop, n, seed, …); the gateway forwards them in `Submit.params`.
+    """
+
+    model: str | None
+    messages: list[dict[str, str]]  # [{"role": "system"|"user"|"assistant", "content": str}]
+    params: dict[str, Any]
+    stream: bool = False
+    include_usage: bool = False  # OpenAI stream_options.include_usage
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return int(self.params.get("n", 1))
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass
+class ChoiceResult:
+    """One finished choice, accumulated from the worker's Tokens and Finished messages."""
+
+    index: int
+    text: str = ""
+    finish_reason: str | None = None  # stop | length | abort | error
+    stop: str | int | None = None  # the stop string or stop token id that ended it
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    completion_tokens: int = 0
+
+
+@dataclass
+class ChatResult:
+    """A whole request's outcome, for a non-streamed response."""
+
+    request_id: str
+    model: str
+    created: int
+    choices: list[ChoiceResult]
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(c.completion_tokens for c in self.choices)
+
+
+@dataclass
+class StreamState:
+    """What a builder needs while streaming one response; it may keep its own flags here."""
+
+    request_id: str
+    model: str
+    created: int
+    request: ChatRequest
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    flags: dict[str, Any] = field(default_factory=dict)
+
+
+def sse_data(payload: Any) -> str:
+    """One SSE event with only a data line (OpenAI style)."""
+    text = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {text}\n\n"
+
+
+def sse_event(event: str, payload: Any) -> str:
+    """One named SSE event (Anthropic style)."""
+    return f"event: {event}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n"
+
+
+class ResponseBuilder(ABC):
+    """One protocol: parse its requests, shape its responses, streams and errors.
+
+    Adding a protocol is one subclass; the ProtocolHandler drives every builder the same way:
+    parse → (worker accepts) → stream_start, stream_tokens*, stream_choice_end per choice,
+    stream_end; or format_response once everything has finished.
+    """
+
+    name: str
+    id_prefix: str
+
+    @abstractmethod
+    def parse(self, body: Any) -> ChatRequest:
+        """Validate a decoded JSON body; raise GatewayError (400) naming the bad parameter."""
+
+    @abstractmethod
+    def format_response(self, result: ChatResult) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def stream_start(self, state: StreamState) -> list[str]: ...
+
+    @abstractmethod
+    def stream_tokens(
+        self, state: StreamState, index: int, text: str, logprobs: list[TokenLogprob]
+    ) -> list[str]: ...
+
+    @abstractmethod
+    def stream_choice_end(self, state: StreamState, choice: ChoiceResult) -> list[str]:
+        """A choice finished (its finish reason, stop and token count are in `choice`)."""
+
+    @abstractmethod
+    def stream_end(self, state: StreamState) -> list[str]:
+        """Every choice has finished."""
+
+    @abstractmethod
+    def stream_error(self, state: StreamState, error: GatewayError) -> list[str]:
+        """A failure after the stream started: a well-formed error event, then the end."""
+
+    @abstractmethod
+    def error_body(self, error: GatewayError) -> tuple[int, dict[str, Any]]:
+        """HTTP status and body for an error, in this protocol's shape."""

@@ -1,0 +1,108 @@
+"""WorkerRegistry: live workers as learned from Register and Heartbeat messages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.schemas import Heartbeat, Register
+
+
+@dataclass
+class WorkerState:
+    worker_id: str
+    identity: bytes  # the ZMQ routing identity of its DEALER socket
+    incarnation: str
+    model: str
+    max_context: int
+    max_seqs: int
+    kv_pages: int
+    page_size: int
+    pid: int
+    host: str
+    last_seen: float
+    waiting: int = 0
+    running: int = 0
+    kv_pages_free: int = 0
+    prefix_cache_hit_tokens: int = 0
+    stats: dict[str, Any] = field(default_factory=dict)
+    draining: bool = False
+    in_flight: set[str] = field(default_factory=set)  # request ids sent and not finished
+
+    @property
+    def load(self) -> float:
+        """Requests per slot, counting what the gateway sent since the last heartbeat."""
+        queued = max(self.waiting + self.running, len(self.in_flight))
+        return queued / max(1, self.max_seqs)
+
+
+class WorkerRegistry:
+    def __init__(self) -> None:
+        self._workers: dict[str, WorkerState] = {}
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    def get(self, worker_id: str) -> WorkerState | None:
+        return self._workers.get(worker_id)
+
+    def register(self, identity: bytes, msg: Register, now: float) -> WorkerState | None:
+        """Add or refresh a worker; returns the state it replaced if it is a new incarnation."""
+        current = self._workers.get(msg.worker_id)
+        if current is not None and current.incarnation == msg.incarnation:
+            current.last_seen = now
+            current.identity = identity
+            return None
+        self._workers[msg.worker_id] = WorkerState(
+            worker_id=msg.worker_id,
+            identity=identity,
+            incarnation=msg.incarnation,
+            model=msg.model,
+            max_context=msg.max_context,
+            max_seqs=msg.max_seqs,
+            kv_pages=msg.kv_pages,
+            page_size=msg.page_size,
+            pid=msg.pid,
+            host=msg.host,
+            last_seen=now,
+            kv_pages_free=msg.kv_pages,
+        )
+        return current
+
+    def heartbeat(self, msg: Heartbeat, now: float) -> bool:
+        """Refresh load figures; False if the sender is unknown or an old incarnation."""
+        state = self._workers.get(msg.worker_id)
+        if state is None or state.incarnation != msg.incarnation:
+            return False
+        state.last_seen = now
+        state.waiting = msg.waiting
+        state.running = msg.running
+        state.kv_pages_free = msg.kv_pages_free
+        state.prefix_cache_hit_tokens = msg.prefix_cache_hit_tokens
+        state.stats = dict(msg.stats)
+        state.draining = msg.draining
+        return True
+
+    def expire(self, now: float, timeout_s: float) -> list[WorkerState]:
+        """Remove and return every worker silent for longer than `timeout_s`."""
+        dead = [w for w in self._workers.values() if now - w.last_seen > timeout_s]
+        for state in dead:
+            del self._workers[state.worker_id]
+        return dead
+
+    def remove(self, worker_id: str) -> WorkerState | None:
+        return self._workers.pop(worker_id, None)
+
+    def live(self, model: str | None = None) -> list[WorkerState]:
+        """Workers that take new requests, for `model` when given."""
+        return [
+            w
+            for w in self._workers.values()
+            if not w.draining and (model is None or w.model == model)
+        ]
+
+    def all(self) -> list[WorkerState]:
+        return list(self._workers.values())
+
+    def models(self) -> list[str]:
+        return sorted({w.model for w in self._workers.values()})

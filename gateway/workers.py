@@ -1,0 +1,157 @@
+"""WorkerHub: the gateway's ZeroMQ ROUTER socket, worker liveness, and per-request channels."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+import zmq
+import zmq.asyncio
+
+from common.schemas import Heartbeat, Message, Register
+from common.wire import DEFAULT_MAX_FRAME_BYTES, DropCounter, encode
+from gateway.registry import WorkerRegistry, WorkerState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerLost:
+    """Put into a request's channel when its worker dies or restarts."""
+
+    worker_id: str
+    reason: str
+
+
+class RequestChannel:
+    """The messages one worker sends about one request, in order."""
+
+    def __init__(self, request_id: str, worker_id: str) -> None:
+        self.request_id = request_id
+        self.worker_id = worker_id
+        self.queue: asyncio.Queue[Message | WorkerLost] = asyncio.Queue()
+
+    async def get(self, timeout_s: float | None = None) -> Message | WorkerLost:
+        return await asyncio.wait_for(self.queue.get(), timeout_s)
+
+
+class WorkerHub:
+    def __init__(
+        self,
+        bind: str,
+        registry: WorkerRegistry,
+        heartbeat_timeout_s: float = 3.0,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    ) -> None:
+        self.bind = bind
+        self.registry = registry
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.max_frame_bytes = max_frame_bytes
+        self.drops = DropCounter()
+        self.on_worker_gone: list = []  # callables(worker_id), e.g. the routing policy's forget
+        self._channels: dict[str, RequestChannel] = {}
+        self._context: zmq.asyncio.Context | None = None
+        self._socket: zmq.asyncio.Socket | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self._context = zmq.asyncio.Context()
+        sock = self._context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unroutable sends raise instead of vanishing
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.bind(self.bind)
+        self._socket = sock
+        self._tasks = [
+            asyncio.create_task(self._receive_loop(), name="worker-hub-receive"),
+            asyncio.create_task(self._reap_loop(), name="worker-hub-reap"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._socket is not None:
+            self._socket.close()
+        if self._context is not None:
+            self._context.term()
+
+    # -- requests ---------------------------------------------------------------------------
+    def open(self, request_id: str, worker: WorkerState) -> RequestChannel:
+        channel = RequestChannel(request_id, worker.worker_id)
+        self._channels[request_id] = channel
+        worker.in_flight.add(request_id)
+        return channel
+
+    def close(self, channel: RequestChannel) -> None:
+        self._channels.pop(channel.request_id, None)
+        worker = self.registry.get(channel.worker_id)
+        if worker is not None:
+            worker.in_flight.discard(channel.request_id)
+
+    async def send(self, worker: WorkerState, message: Message) -> bool:
+        """False if the worker cannot be reached (gone from the socket)."""
+        assert self._socket is not None, "start() the hub first"
+        try:
+            await self._socket.send_multipart([worker.identity, encode(message)])
+        except zmq.ZMQError as exc:
+            log.warning("worker %s unreachable: %s", worker.worker_id, exc)
+            return False
+        return True
+
+    @property
+    def num_open(self) -> int:
+        return len(self._channels)
+
+    # -- socket loop --------------------------------------------------------------------------
+    async def _receive_loop(self) -> None:
+        assert self._socket is not None
+        while True:
+            frames = await self._socket.recv_multipart()
+            if len(frames) != 2:
+                self.drops.counts["framing"] += 1
+                continue
+            identity, frame = frames
+            message = self.drops.decode(frame, self.max_frame_bytes)
+            if message is not None:
+                self._dispatch(identity, message)
+
+    def _dispatch(self, identity: bytes, message: Message) -> None:
+        now = time.monotonic()
+        if isinstance(message, Register):
+            replaced = self.registry.register(identity, message, now)
+            if replaced is not None:
+                log.warning("worker %s restarted", message.worker_id)
+                self._fail_requests_of(replaced.worker_id, "the worker restarted")
+            return
+        if isinstance(message, Heartbeat):
+            if not self.registry.heartbeat(message, now):
+                self.drops.counts["stale_heartbeat"] += 1
+            return
+        request_id = getattr(message, "request_id", None)
+        channel = self._channels.get(request_id) if isinstance(request_id, str) else None
+        worker = self.registry.get(channel.worker_id) if channel is not None else None
+        # Only the worker the request was sent to, in its current incarnation, may answer it.
+        if channel is None or worker is None or worker.identity != identity:
+            self.drops.counts["orphan"] += 1
+            return
+        channel.queue.put_nowait(message)
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_timeout_s / 4)
+            for dead in self.registry.expire(time.monotonic(), self.heartbeat_timeout_s):
+                log.warning("worker %s missed its heartbeats; dropping it", dead.worker_id)
+                self._fail_requests_of(dead.worker_id, "the worker stopped responding")
+
+    def _fail_requests_of(self, worker_id: str, reason: str) -> None:
+        for channel in list(self._channels.values()):
+            if channel.worker_id == worker_id:
+                channel.queue.put_nowait(WorkerLost(worker_id, reason))
+        for callback in self.on_worker_gone:
+            callback(worker_id)

@@ -1,0 +1,59 @@
+"""The embedded default model through `astrai serve`, driven by both official SDKs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anthropic
+import openai
+import pytest
+
+from tests.e2e.harness import Server
+
+pytestmark = pytest.mark.slow
+MODEL = "SmolLM2-135M-Instruct"
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    server = Server("serve", "--kv-cache-mb", "256")
+    try:
+        yield server.wait_ready()
+    finally:
+        server.stop()
+        assert not server.group_alive()
+
+
+def test_openai_sdk_answers_a_real_question(server: Server):
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    reply = client.chat.completions.create(
+        model=MODEL, messages=QUESTION, max_tokens=20, temperature=0
+    )
+    assert "Paris" in reply.choices[0].message.content
+    assert reply.choices[0].finish_reason == "stop"
+    stream = client.chat.completions.create(
+        model=MODEL, messages=QUESTION, max_tokens=20, temperature=0, stream=True
+    )
+    assert "Paris" in "".join(c.choices[0].delta.content or "" for c in stream)
+
+
+def test_anthropic_sdk_answers_a_real_question(server: Server):
+    client = anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
+    message = client.messages.create(
+        model=MODEL, max_tokens=20, messages=QUESTION, extra_body={"temperature": 0}
+    )
+    assert "Paris" in message.content[0].text
+    assert message.stop_reason == "end_turn"
+    with client.messages.stream(
+        model=MODEL, max_tokens=20, messages=QUESTION, extra_body={"temperature": 0}
+    ) as stream:
+        text = "".join(stream.text_stream)
+    assert "Paris" in text
+
+
+def test_stats_show_the_prefix_cache_at_work(server: Server):
+    stats = server.stats()
+    [worker] = stats["workers"]
+    assert worker["model"] == MODEL and worker["prefix_cache_hit_tokens"] > 0
+    assert stats["total_tasks"] >= 4

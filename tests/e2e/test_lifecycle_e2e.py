@@ -1,0 +1,77 @@
+"""Client disconnects free the worker's pages; `astrai serve` leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import TINY_NAME
+from tests.e2e.harness import Server, wait_until
+
+LONG = {"max_tokens": 400, "temperature": 0, "ignore_eos": True, "stream": True}
+
+
+def pages_and_tasks(server: Server) -> tuple[int, int]:
+    [worker] = server.stats()["workers"]
+    return worker["kv_pages_in_use"], worker["active_tasks"]
+
+
+def test_stream_disconnect_frees_pages(tiny_server: Server):
+    body = {"messages": [{"role": "user", "content": "Go on."}], **LONG}
+    with httpx.stream(
+        "POST", f"{tiny_server.url}/v1/chat/completions", json=body, timeout=60
+    ) as response:
+        lines = response.iter_lines()
+        for _ in range(4):
+            next(lines)
+        assert wait_until(lambda: pages_and_tasks(tiny_server)[0] > 0, 10)
+    # The client closed the connection mid-stream.
+    assert wait_until(lambda: pages_and_tasks(tiny_server) == (0, 0), 15)
+
+
+def test_anthropic_stream_disconnect_frees_pages(tiny_server: Server):
+    body = {"model": TINY_NAME, "messages": [{"role": "user", "content": "Go."}], **LONG}
+    with httpx.stream("POST", f"{tiny_server.url}/v1/messages", json=body, timeout=60) as r:
+        lines = r.iter_lines()
+        for _ in range(6):
+            next(lines)
+    assert wait_until(lambda: pages_and_tasks(tiny_server) == (0, 0), 15)
+
+
+def test_non_stream_disconnect_frees_pages(tiny_server: Server):
+    body = {"messages": [{"role": "user", "content": "Go."}], **LONG, "stream": False}
+    body["max_tokens"] = 480
+    tokens_before = tiny_server.stats()["total_tokens"]
+    with pytest.raises(httpx.TimeoutException):  # the client gives up and closes
+        httpx.post(f"{tiny_server.url}/v1/chat/completions", json=body, timeout=0.3)
+    assert wait_until(lambda: pages_and_tasks(tiny_server) == (0, 0), 15)
+    # Aborted, not run to its end: fewer than its 480 tokens were generated.
+    assert wait_until(lambda: tiny_server.stats()["total_tokens"] > tokens_before, 5)
+    assert tiny_server.stats()["total_tokens"] - tokens_before < 480
+
+
+def test_sigterm_stops_every_child(tiny_model_dir: Path):
+    server = Server("serve", "--model", str(tiny_model_dir), "--dtype", "float32", workers=2)
+    try:
+        server.wait_ready()
+        assert server.stats()["num_workers"] == 2
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == 0
+        assert wait_until(lambda: not server.group_alive(), 15)
+    finally:
+        server.stop()
+
+
+def test_sigkill_of_serve_takes_its_children_down(tiny_model_dir: Path):
+    server = Server("serve", "--model", str(tiny_model_dir), "--dtype", "float32")
+    try:
+        server.wait_ready()
+        os.kill(server.process.pid, signal.SIGKILL)
+        server.process.wait(10)
+        assert wait_until(lambda: not server.group_alive(), 20)
+    finally:
+        server.stop()

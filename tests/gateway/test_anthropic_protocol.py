@@ -1,0 +1,394 @@
+"""AnthropicResponseBuilder: every parameter, every 400, exact bodies and exact SSE sequences."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.errors import ErrorKind, GatewayError
+from gateway.protocols.anthropic import AnthropicResponseBuilder
+from gateway.protocols.base import (
+    ChatRequest,
+    ChatResult,
+    ChoiceResult,
+    StreamState,
+    TokenLogprob,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILDER = AnthropicResponseBuilder()
+HELLO = [{"role": "user", "content": "hi"}]
+REQUIRED = {"model": "smol", "max_tokens": 32, "messages": HELLO}
+DEFAULT_PARAMS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "n": 1, "max_tokens": 32}
+
+
+def parse(**fields: Any) -> ChatRequest:
+    return BUILDER.parse({**REQUIRED, **fields})
+
+
+def parse_error(body: Any) -> GatewayError:
+    with pytest.raises(GatewayError) as caught:
+        BUILDER.parse(body)
+    return caught.value
+
+
+def make_state() -> StreamState:
+    request = ChatRequest(model="smol", messages=HELLO, params=DEFAULT_PARAMS, stream=True)
+    return StreamState(
+        request_id="msg_abc",
+        model="smol",
+        created=1700000000,
+        request=request,
+        prompt_tokens=7,
+        cached_tokens=4,
+        completion_tokens=2,
+    )
+
+
+def events_of(events: list[str]) -> list[tuple[str, Any]]:
+    """Each `event: NAME\\ndata: JSON\\n\\n` as (NAME, decoded JSON)."""
+    decoded = []
+    for event in events:
+        head, body = event.split("\n", 1)
+        assert head.startswith("event: ") and body.startswith("data: "), event
+        assert body.endswith("\n\n") and body.count("\n") == 2, event
+        decoded.append((head[len("event: ") :], json.loads(body[len("data: ") : -2])))
+    return decoded
+
+
+def text_block(text: str) -> dict[str, str]:
+    return {"type": "text", "text": text}
+
+
+# -- parse: what is accepted --------------------------------------------------------------
+
+
+def test_minimal_request_gets_explicit_defaults():
+    assert parse() == ChatRequest(model="smol", messages=HELLO, params=DEFAULT_PARAMS)
+
+
+def test_every_parameter_lands_on_its_sampling_keyword():
+    request = parse(
+        system="be brief",
+        temperature=0.2,
+        top_p=0.8,
+        top_k=20,
+        stop_sequences=["\n\nHuman:", "END"],
+        stream=True,
+        metadata={"user_id": "u-1"},
+    )
+    assert request == ChatRequest(
+        model="smol",
+        messages=[{"role": "system", "content": "be brief"}, *HELLO],
+        params={
+            "temperature": 0.2,
+            "top_p": 0.8,
+            "top_k": 20,
+            "n": 1,
+            "max_tokens": 32,
+            "stop": ["\n\nHuman:", "END"],
+        },
+        stream=True,
+        metadata={"user_id": "u-1"},
+    )
+
+
+def test_system_blocks_and_content_blocks_join():
+    request = parse(
+        system=[text_block("one"), {**text_block("two"), "cache_control": {"type": "ephemeral"}}],
+        messages=[
+            {"role": "user", "content": [text_block("a"), text_block("b")]},
+            {"role": "assistant", "content": "ok"},
+        ],
+    )
+    assert request.messages == [
+        {"role": "system", "content": "one\ntwo"},
+        {"role": "user", "content": "a\nb"},
+        {"role": "assistant", "content": "ok"},
+    ]
+
+
+def test_null_optional_fields_and_unknown_fields():
+    request = parse(
+        system=None, temperature=None, stop_sequences=None, metadata=None, tools=None, thinking={}
+    )
+    assert request == ChatRequest(model="smol", messages=HELLO, params=DEFAULT_PARAMS)
+
+
+def test_temperature_zero_is_kept():
+    assert parse(temperature=0).params["temperature"] == 0.0
+
+
+# -- parse: what is refused ---------------------------------------------------------------
+
+BAD_REQUESTS = [
+    ([REQUIRED], None, "request body must be a JSON object"),
+    ("hi", None, "request body must be a JSON object"),
+    (None, None, "request body must be a JSON object"),
+    ({"max_tokens": 32, "messages": HELLO}, "model", "model is required"),
+    ({"model": "", "max_tokens": 32, "messages": HELLO}, "model", "model must not be empty"),
+    (
+        {"model": 1, "max_tokens": 32, "messages": HELLO},
+        "model",
+        "model must be a string, got integer",
+    ),
+    ({"model": "smol", "messages": HELLO}, "max_tokens", "max_tokens is required"),
+    ({**REQUIRED, "max_tokens": 0}, "max_tokens", "max_tokens must be >= 1, got 0"),
+    ({**REQUIRED, "max_tokens": "8"}, "max_tokens", "max_tokens must be an integer, got string"),
+    ({**REQUIRED, "max_tokens": True}, "max_tokens", "max_tokens must be an integer, got boolean"),
+    ({"model": "smol", "max_tokens": 32}, "messages", "messages is required"),
+    ({**REQUIRED, "messages": []}, "messages", "messages must not be empty"),
+    ({**REQUIRED, "messages": {}}, "messages", "messages must be an array, got object"),
+    (
+        {**REQUIRED, "messages": [{"role": "system", "content": "x"}]},
+        "messages",
+        'messages[0].role must be one of "user", "assistant", got "system"',
+    ),
+    (
+        {**REQUIRED, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
+        "messages",
+        'messages[0].content[0].type must be "text" (only text is supported), got "image"',
+    ),
+    (
+        {**REQUIRED, "messages": [{"role": "user", "content": 5}]},
+        "messages",
+        "messages[0].content must be a string or an array of text parts, got integer",
+    ),
+    (
+        {**REQUIRED, "system": 5},
+        "system",
+        "system must be a string or an array of text parts, got integer",
+    ),
+    (
+        {**REQUIRED, "system": [{"type": "image"}]},
+        "system",
+        'system[0].type must be "text" (only text is supported), got "image"',
+    ),
+    ({**REQUIRED, "temperature": 1.5}, "temperature", "temperature must be in [0, 1], got 1.5"),
+    (
+        {**REQUIRED, "temperature": False},
+        "temperature",
+        "temperature must be a number, got boolean",
+    ),
+    ({**REQUIRED, "top_p": 0}, "top_p", "top_p must be in (0, 1], got 0"),
+    ({**REQUIRED, "top_k": -1}, "top_k", "top_k must be >= 0, got -1"),
+    ({**REQUIRED, "top_k": 2.5}, "top_k", "top_k must be an integer, got number"),
+    (
+        {**REQUIRED, "stop_sequences": "END"},
+        "stop_sequences",
+        "stop_sequences must be an array of strings, got string",
+    ),
+    (
+        {**REQUIRED, "stop_sequences": ["END", ""]},
+        "stop_sequences",
+        "stop_sequences[1] must be a non-empty string",
+    ),
+    ({**REQUIRED, "stream": "true"}, "stream", "stream must be a boolean, got string"),
+    ({**REQUIRED, "metadata": []}, "metadata", "metadata must be an object, got array"),
+]
+
+
+@pytest.mark.parametrize(("body", "param", "message"), BAD_REQUESTS)
+def test_bad_request_is_a_400_naming_the_parameter(body, param, message):
+    error = parse_error(body)
+    assert (error.kind, error.param, error.message) == (ErrorKind.INVALID_REQUEST, param, message)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=12,
+)
+FIELDS = [
+    "model",
+    "max_tokens",
+    "messages",
+    "system",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop_sequences",
+    "stream",
+    "metadata",
+]
+
+
+@given(st.sampled_from(FIELDS), JSON)
+def test_any_json_in_any_field_parses_or_is_a_400(key, value):
+    try:
+        BUILDER.parse({**REQUIRED, key: value})
+    except GatewayError as error:
+        assert (error.kind, error.param is not None) == (ErrorKind.INVALID_REQUEST, True)
+
+
+@given(JSON)
+def test_any_json_body_is_a_400(body):
+    # Generated keys are at most 5 characters, so the required "messages" is never present.
+    with pytest.raises(GatewayError) as caught:
+        BUILDER.parse(body)
+    assert caught.value.kind == ErrorKind.INVALID_REQUEST
+
+
+# -- non-streamed bodies ------------------------------------------------------------------
+
+
+def result_with(choice: ChoiceResult) -> ChatResult:
+    return ChatResult("msg_abc", "smol", 1700000000, [choice], prompt_tokens=9, cached_tokens=6)
+
+
+@pytest.mark.parametrize(
+    ("finish_reason", "stop", "stop_reason", "stop_sequence"),
+    [
+        ("stop", None, "end_turn", None),
+        ("stop", 2, "end_turn", None),
+        ("stop", "END", "stop_sequence", "END"),
+        ("length", None, "max_tokens", None),
+    ],
+)
+def test_response_body(finish_reason, stop, stop_reason, stop_sequence):
+    choice = ChoiceResult(0, "Hello!", finish_reason, stop, completion_tokens=3)
+    assert BUILDER.format_response(result_with(choice)) == {
+        "id": "msg_abc",
+        "type": "message",
+        "role": "assistant",
+        "model": "smol",
+        "content": [{"type": "text", "text": "Hello!"}],
+        "stop_reason": stop_reason,
+        "stop_sequence": stop_sequence,
+        "usage": {"input_tokens": 3, "output_tokens": 3, "cache_read_input_tokens": 6},
+    }
+
+
+# -- streams ------------------------------------------------------------------------------
+
+MESSAGE_START = (
+    "message_start",
+    {
+        "type": "message_start",
+        "message": {
+            "id": "msg_abc",
+            "type": "message",
+            "role": "assistant",
+            "model": "smol",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 7, "output_tokens": 0},
+        },
+    },
+)
+BLOCK_START = (
+    "content_block_start",
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+)
+
+
+def text_delta(text: str) -> tuple[str, Any]:
+    delta = {"type": "text_delta", "text": text}
+    return ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+
+
+def stream_of(choice: ChoiceResult) -> list[str]:
+    state = make_state()
+    events = BUILDER.stream_start(state)
+    events += BUILDER.stream_tokens(state, 0, "Hel", [])
+    events += BUILDER.stream_tokens(state, 0, "", [TokenLogprob("", -0.1)])
+    events += BUILDER.stream_tokens(state, 0, "lo", [])
+    events += BUILDER.stream_choice_end(state, choice)
+    return events + BUILDER.stream_end(state)
+
+
+@pytest.mark.parametrize(
+    ("finish_reason", "stop", "stop_reason", "stop_sequence"),
+    [
+        ("stop", 2, "end_turn", None),
+        ("length", None, "max_tokens", None),
+        ("stop", "END", "stop_sequence", "END"),
+    ],
+)
+def test_full_stream(finish_reason, stop, stop_reason, stop_sequence):
+    choice = ChoiceResult(0, "Hello", finish_reason, stop, completion_tokens=2)
+    assert events_of(stream_of(choice)) == [
+        MESSAGE_START,
+        BLOCK_START,
+        text_delta("Hel"),
+        text_delta("lo"),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+                "usage": {"output_tokens": 2},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+
+
+def test_stream_exact_bytes():
+    state = make_state()
+    assert BUILDER.stream_tokens(state, 0, "Hel", []) == [
+        'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+        '"delta":{"type":"text_delta","text":"Hel"}}\n\n'
+    ]
+    assert BUILDER.stream_end(state) == ['event: message_stop\ndata: {"type":"message_stop"}\n\n']
+
+
+def test_error_mid_stream():
+    state = make_state()
+    events = BUILDER.stream_start(state) + BUILDER.stream_tokens(state, 0, "Hel", [])
+    events += BUILDER.stream_error(state, GatewayError(ErrorKind.UNAVAILABLE, "worker died"))
+    assert events_of(events) == [
+        MESSAGE_START,
+        BLOCK_START,
+        text_delta("Hel"),
+        (
+            "error",
+            {"type": "error", "error": {"type": "overloaded_error", "message": "worker died"}},
+        ),
+    ]
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "error_type"),
+    [
+        (ErrorKind.INVALID_REQUEST, 400, "invalid_request_error"),
+        (ErrorKind.AUTHENTICATION, 401, "authentication_error"),
+        (ErrorKind.NOT_FOUND, 404, "not_found_error"),
+        (ErrorKind.PAYLOAD_TOO_LARGE, 413, "request_too_large"),
+        (ErrorKind.RATE_LIMITED, 529, "overloaded_error"),
+        (ErrorKind.UNAVAILABLE, 529, "overloaded_error"),
+        (ErrorKind.INTERNAL, 500, "api_error"),
+    ],
+)
+def test_error_body_for_each_kind(kind, status, error_type):
+    error = GatewayError(kind, "went wrong", param="model", code="model_not_found")
+    assert BUILDER.error_body(error) == (
+        status,
+        {"type": "error", "error": {"type": error_type, "message": "went wrong"}},
+    )
+
+
+def test_names():
+    assert (BUILDER.name, BUILDER.id_prefix) == ("anthropic", "msg_")
+
+
+def test_module_does_not_import_torch_or_worker():
+    code = (
+        "import sys, gateway.protocols.anthropic\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'worker')]\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout == "[]\n"

@@ -1,0 +1,222 @@
+"""Worker process: dials the gateway, feeds Submit/Abort to the engine, streams events back."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from common.schemas import (
+    Abort,
+    Accepted,
+    Finished,
+    Heartbeat,
+    Message,
+    Register,
+    Rejected,
+    Submit,
+    Tokens,
+)
+from common.wire import DEFAULT_MAX_FRAME_BYTES, DropCounter, encode
+from worker.engine import InferenceEngine
+from worker.errors import RequestError
+from worker.sampling_params import SamplingParams
+from worker.sequence import TokenEvent
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    gateway: str  # tcp://host:port of the gateway's worker socket
+    worker_id: str
+    heartbeat_s: float = 0.5
+    register_every: int = 10  # heartbeats; a gateway that restarted learns us again
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+
+    def __post_init__(self) -> None:
+        if not self.gateway.startswith(("tcp://", "ipc://", "inproc://")):
+            raise ValueError(
+                f"gateway must be a ZeroMQ address like tcp://host:port, got {self.gateway!r}"
+            )
+        if self.heartbeat_s <= 0:
+            raise ValueError(f"heartbeat_s must be > 0, got {self.heartbeat_s}")
+
+
+def to_wire(event: TokenEvent) -> list[Message]:
+    """A scheduler event as wire messages: its text and tokens, then its end if it ended."""
+    messages: list[Message] = []
+    if event.token_ids or event.text:
+        logprobs = None
+        if event.logprobs:
+            logprobs = [
+                [lp.token_id, lp.text, lp.logprob, [list(top) for top in lp.top]]
+                for lp in event.logprobs
+            ]
+        messages.append(
+            Tokens(event.request_id, event.index, event.text, list(event.token_ids), logprobs)
+        )
+    if event.finish_reason is not None:
+        usage = event.usage
+        messages.append(
+            Finished(
+                request_id=event.request_id,
+                index=event.index,
+                finish_reason=event.finish_reason.value,
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=usage.completion_tokens if usage else 0,
+                cached_tokens=usage.cached_tokens if usage else 0,
+                stop=event.stop,
+                error=event.error,
+            )
+        )
+    return messages
+
+
+class WorkerServer:
+    """Owns the DEALER socket on one I/O thread; the engine's scheduler never touches it.
+
+    Events leave the scheduler thread through an inproc PUSH socket of its own, so the
+    scheduler loop never waits on the network.
+    """
+
+    def __init__(self, engine: InferenceEngine, config: WorkerConfig) -> None:
+        self.engine = engine
+        self.config = config
+        self.incarnation = uuid.uuid4().hex
+        self.drops = DropCounter()
+        self._context = zmq.Context()
+        self._events_address = f"inproc://events-{self.incarnation}"
+        self._local = threading.local()
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def _push_event(self, event: TokenEvent) -> None:
+        """Event sink, called on the scheduler thread."""
+        push = getattr(self._local, "push", None)
+        if push is None:
+            push = self._context.socket(zmq.PUSH)
+            push.connect(self._events_address)
+            self._local.push = push
+        for message in to_wire(event):
+            push.send(encode(message))
+
+    def run(self) -> None:
+        dealer = self._context.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.IDENTITY, self.config.worker_id.encode())
+        dealer.setsockopt(zmq.MAXMSGSIZE, self.config.max_frame_bytes)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.connect(self.config.gateway)
+        events = self._context.socket(zmq.PULL)
+        events.bind(self._events_address)
+        poller = zmq.Poller()
+        poller.register(dealer, zmq.POLLIN)
+        poller.register(events, zmq.POLLIN)
+        next_beat = 0.0
+        beats = 0
+        try:
+            while not self._stopping.is_set():
+                now = time.monotonic()
+                if now >= next_beat:
+                    if beats % self.config.register_every == 0:
+                        dealer.send(encode(self._register()))
+                    dealer.send(encode(self._heartbeat()))
+                    beats += 1
+                    next_beat = now + self.config.heartbeat_s
+                timeout_ms = max(1, int((next_beat - now) * 1000))
+                ready = dict(poller.poll(timeout_ms))
+                if events in ready:
+                    self._forward(events, dealer)
+                if dealer in ready:
+                    self._receive(dealer)
+        finally:
+            dealer.close()
+            events.close()
+
+    def _forward(self, events: zmq.Socket, dealer: zmq.Socket) -> None:
+        while True:
+            try:
+                frame = events.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            dealer.send(frame)
+
+    def _receive(self, dealer: zmq.Socket) -> None:
+        while True:
+            try:
+                frame = dealer.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            message = self.drops.decode(frame, self.config.max_frame_bytes)
+            if isinstance(message, Submit):
+                dealer.send(encode(self._submit(message)))
+            elif isinstance(message, Abort):
+                self.engine.abort(message.request_id)
+            elif message is not None:
+                self.drops.counts["unexpected"] += 1
+
+    def _submit(self, message: Submit) -> Accepted | Rejected:
+        """Queue the request; the answer goes out before any of its tokens can."""
+        request_id = message.request_id
+        try:
+            params = SamplingParams.from_kwargs(**message.params)
+            prompt: Any = message.messages if message.messages is not None else message.prompt
+            chat = message.messages is not None
+            _, prompt_tokens = self.engine.submit(
+                prompt, params, self._push_event, request_id=request_id, chat=chat
+            )
+        except RequestError as exc:
+            return Rejected(request_id, exc.code, str(exc), exc.param)
+        except (TypeError, ValueError) as exc:
+            return Rejected(request_id, "invalid_request", str(exc))
+        return Accepted(request_id, prompt_tokens)
+
+    def _register(self) -> Register:
+        stats = self.engine.get_stats()
+        return Register(
+            worker_id=self.config.worker_id,
+            incarnation=self.incarnation,
+            model=self.engine.model_name,
+            max_context=self.engine.max_model_len,
+            max_seqs=self.engine.options.max_seqs,
+            kv_pages=stats["kv_pages_total"],
+            page_size=stats["kv_page_size"],
+            pid=os.getpid(),
+            host=socket.gethostname(),
+        )
+
+    def _heartbeat(self) -> Heartbeat:
+        stats = self.engine.get_stats()
+        stats["dropped_frames"] = sum(self.drops.counts.values())
+        return Heartbeat(
+            worker_id=self.config.worker_id,
+            incarnation=self.incarnation,
+            waiting=stats["waiting_queue"],
+            running=stats["active_tasks"],
+            kv_pages_free=stats["kv_pages_free"] + stats["kv_pages_cached"],
+            kv_pages_total=stats["kv_pages_total"],
+            prefix_cache_hit_tokens=stats["prefix_cache_hit_tokens"],
+            stats=stats,
+        )
+
+
+def serve_worker(engine: InferenceEngine, config: WorkerConfig) -> None:
+    """Run until SIGTERM/SIGINT, then shut the engine down."""
+    server = WorkerServer(engine, config)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: server.stop())
+    log.info("worker %s dialing %s", config.worker_id, config.gateway)
+    try:
+        server.run()
+    finally:
+        engine.shutdown()
