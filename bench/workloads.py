@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 SUBJECTS = [
@@ -125,3 +128,112 @@ def w2(num_requests: int = 64, max_tokens: int = 32) -> Workload:
         for q in questions[:num_requests]
     ]
     return Workload("W2", conversations, max_tokens, ignore_eos=True)
+
+
+TENANTS = [
+    ("Aurora Dental Clinics", "dental care", "cleanings, fillings and braces"),
+    ("Brightline Rail", "train travel", "tickets, seat reservations and rail passes"),
+    ("Copperleaf Bank", "personal banking", "accounts, cards and small loans"),
+    ("Driftwood Hotels", "hotel stays", "rooms, suites and late check-out"),
+    ("Evergreen Energy", "home electricity", "tariffs, meter readings and solar panels"),
+    ("Foxglove Pharmacy", "prescriptions", "refills, delivery and vaccinations"),
+    ("Granite Insurance", "car insurance", "policies, claims and roadside help"),
+    ("Harbor Telecom", "mobile phone plans", "data bundles, roaming and new phones"),
+]
+RULE_TEMPLATES = [
+    "Always greet the customer by saying you represent {name}.",
+    "You only answer questions about {topic}; for anything else, politely decline.",
+    "Our products are {products}; describe them accurately and never invent features.",
+    "Opening hours for {name} are eight to six on weekdays and nine to one on Saturdays.",
+    "Customers can reach {name} by phone, by email or through the mobile app.",
+    "Never promise a refund; explain that the {topic} team reviews every request.",
+    "If a customer mentions an emergency, tell them to call the emergency services first.",
+    "Keep answers under five sentences and end with a question that moves things forward.",
+    "Do not share internal procedures of {name}, staff names or system details.",
+    "When you are unsure, say so, and offer to connect the customer with a specialist.",
+    "Prices for {products} change often; point customers to the {name} website.",
+    "Be warm but professional; avoid slang, jokes about customers and emojis.",
+    "Summaries of a customer's account may only be given after they confirm their identity.",
+    "Complaints about {topic} are logged and answered within three business days.",
+    "Offer the {name} loyalty programme when a customer asks about discounts.",
+    "Explain any fees for {products} clearly, with an example when that helps.",
+    "Do not give legal, medical or tax advice beyond what {name} publishes.",
+    "If a customer is unhappy, apologise once, then focus on a concrete next step.",
+    "For accessibility needs, describe the support {name} offers and how to request it.",
+    "Sign every answer with 'The {name} team'.",
+]
+TENANT_QUESTIONS = [
+    "What are your opening hours?",
+    "How do I make a complaint?",
+    "Can I get a discount?",
+    "What does it cost?",
+    "How do I contact you?",
+    "Is there a fee for changes?",
+    "Can you check my account?",
+    "I am not happy with the service.",
+    "Do you offer support for wheelchair users?",
+    "What products do you have?",
+    "Can I get a refund?",
+    "How long does a complaint take?",
+    "Is your app free?",
+    "Who do I talk to in an emergency?",
+    "Can I speak to a specialist?",
+    "Do you have a loyalty programme?",
+]
+
+
+def tenant_system_prompt(name: str, topic: str, products: str) -> str:
+    """A ~500-token system prompt that differs between tenants from its first words."""
+    rules = [r.format(name=name, topic=topic, products=products) for r in RULE_TEMPLATES]
+    intro = f"{name} assistant instructions. You help customers of {name} with {topic}. "
+    return intro + " ".join(f"Rule {i + 1}: {rule}" for i, rule in enumerate(rules))
+
+
+def multi_tenant(num_requests: int = 128, max_tokens: int = 32, seed: int = 0) -> Workload:
+    """8 tenants with distinct ~500-token system prompts, many questions each, shuffled."""
+    conversations = [
+        [
+            {"role": "system", "content": tenant_system_prompt(*tenant)},
+            {"role": "user", "content": question},
+        ]
+        for tenant in TENANTS
+        for question in TENANT_QUESTIONS
+    ]
+    random.Random(seed).shuffle(conversations)
+    while len(conversations) < num_requests:
+        conversations += conversations
+    return Workload("multi-tenant", conversations[:num_requests], max_tokens, ignore_eos=True)
+
+
+def from_jsonl(path: Path, max_tokens: int = 128) -> Workload:
+    """One request per line: {"messages": [...]} or {"prompt": "..."}."""
+    conversations = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if "messages" in record:
+            conversations.append(record["messages"])
+        elif "prompt" in record:
+            conversations.append([{"role": "user", "content": record["prompt"]}])
+        else:
+            raise ValueError(f"{path}:{number}: a line needs 'messages' or 'prompt'")
+    if not conversations:
+        raise ValueError(f"{path} holds no requests")
+    return Workload(path.stem, conversations, max_tokens, ignore_eos=False)
+
+
+def named_workload(name: str, num_requests: int, max_tokens: int) -> Workload:
+    """chat (W1), shared-prefix (W2), multi-tenant, or a .jsonl file."""
+    if name == "chat":
+        base = w1(64, max_tokens)
+    elif name == "shared-prefix":
+        base = w2(64, max_tokens)
+    elif name == "multi-tenant":
+        return multi_tenant(num_requests, max_tokens)
+    else:
+        base = from_jsonl(Path(name), max_tokens)
+    conversations = list(base.conversations)
+    while len(conversations) < num_requests:
+        conversations += base.conversations
+    return Workload(base.name, conversations[:num_requests], max_tokens, base.ignore_eos)

@@ -1,4 +1,4 @@
-"""The `astrai` command line: serve, gateway, worker."""
+"""The `astrai` command line: serve, gateway, worker, bench."""
 
 from __future__ import annotations
 
@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--device", default="cpu", help="cpu, cuda or cuda:K")
     worker.add_argument("--worker-id", default=None)
     worker.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+
+    from bench.cli import add_arguments
+
+    add_arguments(sub.add_parser("bench", help="load generator: sweep a server, report, plot"))
     return parser
 
 
@@ -119,10 +123,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
     if args.command == "gateway":
         return run_gateway(args)
     if args.command == "worker":
         return run_worker(args)
+    if args.command == "bench":
+        from bench.cli import run
+
+        return run(args)
     from common.supervisor import run_serve
 
     return run_serve(args)

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 
-def build_tiny_model(target: Path, tokenizer_dir: Path, max_positions: int = 512) -> Path:
+def build_tiny_model(target: Path, tokenizer_dir: Path, max_positions: int = 1024) -> Path:
     """A 2-layer random-weight Llama with the default model's tokenizer, as an HF folder."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -6,7 +6,7 @@ import anthropic
 import httpx
 import pytest
 
-from tests.e2e.conftest import TINY_NAME
+from tests.conftest import TINY_NAME
 from tests.e2e.harness import Server
 
 MESSAGES = [{"role": "user", "content": "Tell me something."}]

@@ -7,13 +7,13 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.e2e.conftest import TINY_NAME
+from tests.conftest import TINY_NAME
 from tests.e2e.harness import Server
 
 OPENAI = "/v1/chat/completions"
 ANTHROPIC = "/v1/messages"
 HELLO = [{"role": "user", "content": "Hello"}]
-LONG_PROMPT = [{"role": "user", "content": "word " * 700}]  # the tiny model's context is 512
+LONG_PROMPT = [{"role": "user", "content": "word " * 1500}]  # the tiny context is 1024
 
 
 def post(server: Server, path: str, **kwargs) -> httpx.Response:

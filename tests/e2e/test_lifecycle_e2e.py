@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import TINY_NAME
+from tests.conftest import TINY_NAME
 from tests.e2e.harness import Server, wait_until
 
 LONG = {"max_tokens": 400, "temperature": 0, "ignore_eos": True, "stream": True}

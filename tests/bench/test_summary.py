@@ -1,0 +1,29 @@
+"""Benchmark arithmetic: percentiles, throughput, goodput under an SLO."""
+
+from bench.loadgen import RequestRecord
+from bench.summary import percentile, summarize
+
+
+def test_nearest_rank_percentiles():
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 95) == 95.0
+    assert percentile(values, 99) == 99.0
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([], 50) is None
+
+
+def test_summary_counts_errors_and_goodput():
+    fast = RequestRecord(
+        True, 0.0, ttft=0.1, latency=0.5, token_times=[0.1, 0.2, 0.3], output_tokens=3
+    )
+    slow = RequestRecord(True, 0.0, ttft=2.0, latency=3.0, token_times=[2.0, 2.5], output_tokens=2)
+    failed = RequestRecord(False, 0.0, error="HTTP 503: no worker")
+    summary = summarize([fast, slow, failed], wall_s=5.0, slo_ttft_s=1.0)
+    assert (summary["requests"], summary["completed"], summary["errors"]) == (3, 2, 1)
+    assert summary["output_tok_s"] == 1.0
+    assert summary["req_s"] == 0.4
+    assert summary["goodput_req_s"] == 0.2
+    assert summary["ttft_s"]["mean"] == 1.05
+    assert summary["itl_s"]["p50"] == 0.1
+    assert summary["error_samples"] == ["HTTP 503: no worker"]
