@@ -114,7 +114,8 @@ class KVCache(ABC):
 
     @abstractmethod
     def read_slots(self, seq_ids: Sequence[int], lengths: Sequence[int]) -> torch.Tensor:
-        """(B, max(lengths)) int64 rows of each sequence's context, padded with row 0."""
+        """(B, max(lengths)) int64 rows of each sequence's context; the padding past a
+        sequence's length holds valid row numbers, which the attention mask hides."""
 
     @abstractmethod
     def stats(self) -> CacheStats: ...

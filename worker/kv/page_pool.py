@@ -100,7 +100,7 @@ class PagePool:
 
     def release(self, page: int, seq_id: int) -> None:
         """`seq_id` lets go of `page`; pages it still owed are orphaned first."""
-        if self._pending.get(page, -1) == seq_id:
+        if page in self._pending and self._pending[page] == seq_id:
             self._pending[page] = None
             self.unindex(page)
         self.allocator.release(page)
