@@ -1,9 +1,11 @@
-"""`make bench`: W1/W2 through the in-process engine next to transformers, in one run."""
+"""`make bench`: W1/W2 through the engine and through HTTP, next to transformers, in one run."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import platform
 import queue
 import statistics
@@ -14,6 +16,10 @@ from typing import Any
 
 import torch
 
+from bench.accuracy import top1_agreement
+from bench.loadgen import LoadSpec, run_load
+from bench.server import Server
+from bench.summary import summarize
 from bench.workloads import Workload, w1, w2
 from worker.engine import InferenceEngine
 from worker.model.loader import resolve_model_dir
@@ -174,6 +180,46 @@ def markdown(results: list[RunResult], baseline: RunResult) -> str:
     return "\n".join(lines)
 
 
+def run_http(
+    workload: Workload, concurrency: int, num_requests: int, label: str, server: Server
+) -> RunResult:
+    """The same closed loop through the gateway: HTTP + SSE + ZeroMQ + worker."""
+    spec = LoadSpec(url=server.url, max_tokens=workload.max_tokens, ignore_eos=workload.ignore_eos)
+    records, wall = asyncio.run(
+        run_load(spec, workload.conversations[:num_requests], concurrency=concurrency)
+    )
+    summary = summarize(records, wall)
+    if summary["errors"]:
+        raise RuntimeError(f"{label}: {summary['errors']} errors, e.g. {summary['error_samples']}")
+    return RunResult(
+        system=label,
+        workload=workload.name,
+        concurrency=concurrency,
+        requests=summary["completed"],
+        output_tokens=summary["output_tokens"],
+        wall_s=wall,
+        ttft_mean_s=summary["ttft_s"]["mean"],
+        ttft_p95_s=summary["ttft_s"]["p95"],
+        extra={"ttft_p50_s": summary["ttft_s"]["p50"]},
+    )
+
+
+def worker_memory(server: Server) -> dict[str, Any]:
+    """Peak RSS of each worker process and its KV bytes reserved vs in use, from /stats."""
+    memory = {}
+    for worker in server.stats()["workers"]:
+        status = Path(f"/proc/{worker['pid']}/status").read_text()
+        peak_kb = next(
+            int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")
+        )
+        memory[worker["worker_id"]] = {
+            "peak_rss_mib": peak_kb / 1024,
+            "kv_reserved_mib": worker["kv_bytes_reserved"] / 2**20,
+            "kv_peak_in_use_mib": worker.get("kv_bytes_peak_in_use", 0) / 2**20,
+        }
+    return memory
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
@@ -181,40 +227,77 @@ def main() -> None:
     parser.add_argument("--skip-transformers", action="store_true")
     args = parser.parse_args()
     scale = 4 if args.quick else 1
+    n_seq, n_all = 8 // scale, 64 // scale
     model_dir = resolve_model_dir(None)
     results: list[RunResult] = []
     workload1, workload2 = w1(), w2()
+    started = time.strftime("%Y-%m-%d %H:%M")
 
+    accuracy = top1_agreement(
+        model_dir,
+        {
+            "bfloat16 (fp32 residual + head)": {"dtype": torch.bfloat16},
+            "bfloat16, bf16 head": {"dtype": torch.bfloat16, "float32_head": False},
+            "int8 W8A8 (fp32 rest)": {"dtype": torch.float32, "quantization": "int8"},
+        },
+    )
     if not args.skip_transformers:
-        results.append(run_transformers(model_dir, workload1, 1, 8 // scale * 1, torch.float32))
-        results.append(run_transformers(model_dir, workload1, 32, 64 // scale, torch.float32))
-        results.append(run_transformers(model_dir, workload1, 32, 64 // scale, torch.bfloat16))
+        results.append(run_transformers(model_dir, workload1, 1, n_seq, torch.float32))
+        results.append(run_transformers(model_dir, workload1, 32, n_all, torch.float32))
+        results.append(run_transformers(model_dir, workload1, 32, n_all, torch.bfloat16))
 
     with InferenceEngine() as engine:
         label = f"astrai engine {str(engine.dtype).removeprefix('torch.')}"
         run_engine(engine, workload1, 8, 8, "warmup")
-        results.append(run_engine(engine, workload1, 1, 8 // scale, label))
+        results.append(run_engine(engine, workload1, 1, n_seq, label))
         for concurrency in (8, 32):
-            results.append(run_engine(engine, workload1, concurrency, 64 // scale, label))
-        results.append(run_engine(engine, workload2, 32, 64 // scale, f"{label} prefix cache"))
+            results.append(run_engine(engine, workload1, concurrency, n_all, label))
+        results.append(run_engine(engine, workload2, 32, n_all, f"{label} prefix cache"))
     with InferenceEngine(enable_prefix_caching=False) as engine:
         label = f"astrai engine {str(engine.dtype).removeprefix('torch.')} no prefix cache"
-        results.append(run_engine(engine, workload2, 32, 64 // scale, label))
+        results.append(run_engine(engine, workload2, 32, n_all, label))
+    with InferenceEngine(dtype="float32") as engine:
+        run_engine(engine, workload1, 8, 8, "warmup")
+        results.append(run_engine(engine, workload1, 32, n_all, "astrai engine float32"))
+    with InferenceEngine(dtype="float32", quantization="int8") as engine:
+        run_engine(engine, workload1, 8, 8, "warmup")
+        results.append(run_engine(engine, workload1, 1, n_seq, "astrai engine int8"))
+        results.append(run_engine(engine, workload1, 32, n_all, "astrai engine int8"))
+
+    server = Server("serve").wait_ready()
+    try:
+        run_http(workload1, 8, 8, "warmup", server)
+        results.append(run_http(workload1, 1, n_seq, "astrai serve (HTTP) bfloat16", server))
+        for concurrency in (8, 32):
+            results.append(
+                run_http(workload1, concurrency, n_all, "astrai serve (HTTP) bfloat16", server)
+            )
+        memory = worker_memory(server)
+    finally:
+        server.stop()
 
     baseline = next((r for r in results if r.system.startswith("transformers static")), results[0])
     table = markdown(results, baseline)
-    print(table)
+    accuracy_table = "\n".join(
+        ["| variant | top-1 agreement with float32 |", "|---|---|"]
+        + [f"| {k} | {v:.1%} |" for k, v in accuracy.items() if k != "positions"]
+    )
+    print(table, accuracy_table, json.dumps(memory, indent=2), sep="\n\n")
     args.out.mkdir(parents=True, exist_ok=True)
     record = {
+        "started": started,
+        "command": "make bench",
         "machine": {
             "cpu": platform.processor() or platform.machine(),
-            "threads": torch.get_num_threads(),
+            "cores": os.cpu_count(),
             "torch": torch.__version__,
         },
+        "accuracy": accuracy,
+        "worker_memory": memory,
         "results": [{**asdict(r), "tok_s": r.tok_s} for r in results],
     }
     (args.out / "engine.json").write_text(json.dumps(record, indent=2))
-    (args.out / "engine.md").write_text(table + "\n")
+    (args.out / "engine.md").write_text(f"{table}\n\n{accuracy_table}\n")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ def _engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=None)
     parser.add_argument("--prefill-token-budget", type=int, default=512)
     parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument(
+        "--quantization", default=None, choices=("int8",), help="W8A8 linears: faster, less exact"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,6 +116,7 @@ def run_worker(args: argparse.Namespace) -> int:
         prefill_token_budget=args.prefill_token_budget,
         enable_prefix_caching=not args.no_prefix_caching,
         num_threads=args.threads,
+        quantization=args.quantization,
     )
     serve_worker(engine, config)
     return 0

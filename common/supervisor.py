@@ -59,6 +59,7 @@ def _engine_argv(args: argparse.Namespace) -> list[str]:
         ("--model", args.model),
         ("--served-model-name", args.served_model_name),
         ("--max-model-len", args.max_model_len),
+        ("--quantization", args.quantization),
     ):
         if value is not None:
             argv += [flag, str(value)]

@@ -17,6 +17,7 @@ from worker.kv.base import KVCache, KVStorage
 from worker.kv.contiguous import ContiguousCache
 from worker.kv.paged import PageCache
 from worker.model.loader import load_config, load_model, resolve_dtype, resolve_model_dir
+from worker.model.quant import QUANTIZATIONS
 from worker.postprocess import OutputProcessor
 from worker.request import GenerationRequest, Prompt, RequestFactory
 from worker.runner import ModelRunner
@@ -42,6 +43,7 @@ class EngineOptions:
     enable_prefix_caching: bool = True
     num_threads: int | None = None
     served_model_name: str | None = None  # the name clients ask for; default: from the path
+    quantization: str | None = None  # "int8": W8A8 linear layers, faster and less exact
 
     def __post_init__(self) -> None:
         if self.kv_cache not in KV_CACHE_KINDS:
@@ -51,6 +53,10 @@ class EngineOptions:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.quantization not in (None, *QUANTIZATIONS):
+            raise ValueError(
+                f"quantization must be None or one of {QUANTIZATIONS}, got {self.quantization!r}"
+            )
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
 
@@ -71,7 +77,7 @@ class InferenceEngine:
         config = load_config(self.model_dir)
         self.config = config
         self.dtype = resolve_dtype(opts.dtype, device)
-        self.model = load_model(self.model_dir, self.dtype, device)
+        self.model = load_model(self.model_dir, self.dtype, device, quantization=opts.quantization)
         self.tokenizer = Tokenizer(self.model_dir, config.eos_token_ids)
         context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
         self.cache = self._build_cache(context, device)
@@ -237,6 +243,7 @@ class InferenceEngine:
             "kv_page_size": cache.page_size,
             "kv_bytes_reserved": cache.bytes_reserved,
             "kv_bytes_in_use": cache.pages_in_use * bytes_per_page,
+            "kv_bytes_peak_in_use": cache.pages_peak_in_use * bytes_per_page,
             "prefix_cache_hit_tokens": cache.hit_tokens,
         }
 

@@ -124,3 +124,12 @@ def test_acquiring_a_free_page_raises_and_changes_nothing() -> None:
         allocator.acquire(1)
     assert state(allocator) == before
     assert allocator.take_free() == 1
+
+
+def test_peak_in_use_remembers_the_high_water_mark() -> None:
+    allocator = Allocator(4, lambda page: False)
+    pages = [allocator.take_free() for _ in range(3)]
+    for page in pages:
+        allocator.release(page)
+    allocator.take_free()
+    assert (allocator.num_in_use, allocator.peak_in_use) == (1, 3)

@@ -105,6 +105,17 @@ def test_bfloat16_agrees_with_float32_under_teacher_forcing(engine: InferenceEng
     assert agree.mean().item() >= 0.97
 
 
+def test_int8_option_keeps_most_top_choices(engine: InferenceEngine):
+    """W8A8 is an opt-in speed mode; this pins its measured accuracy (docs/BENCHMARKS.md)."""
+    ids = engine.tokenizer.encode(TEACHER_TEXT)
+    reference = load_model(engine.model_dir, torch.float32, torch.device("cpu"))
+    int8 = load_model(engine.model_dir, torch.float32, torch.device("cpu"), quantization="int8")
+    agree = full_sequence_logits(reference, ids).argmax(-1) == full_sequence_logits(
+        int8, ids
+    ).argmax(-1)
+    assert agree.float().mean().item() >= 0.85
+
+
 def full_sequence_logits(model, ids: list[int]) -> torch.Tensor:
     config = model.config
     n = len(ids)

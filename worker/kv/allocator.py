@@ -23,6 +23,7 @@ class Allocator:
         self._num_free = num_pages
         self._lru: OrderedDict[int, None] = OrderedDict()
         self._is_indexed = is_indexed
+        self.peak_in_use = 0
 
     @property
     def num_free(self) -> int:
@@ -56,6 +57,7 @@ class Allocator:
         self._free_mask &= ~(1 << page)
         self._num_free -= 1
         self.ref_counts[page] = 1
+        self.peak_in_use = max(self.peak_in_use, self.num_in_use)
         return page
 
     def oldest_cached(self) -> int | None:
@@ -67,6 +69,7 @@ class Allocator:
             raise RuntimeError(f"page {page} is free and cannot be shared")
         self._lru.pop(page, None)
         self.ref_counts[page] += 1
+        self.peak_in_use = max(self.peak_in_use, self.num_in_use)
 
     def release(self, page: int) -> None:
         """One holder fewer; the last release caches an indexed page and frees any other."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -33,6 +33,8 @@ class CacheStats:
     page_size: int
     hit_tokens: int  # prompt tokens served from the cache instead of computed, cumulative
     bytes_reserved: int  # k + v storage allocated up front
+    # The most pages in use at once so far: history, not state, so equality ignores it.
+    pages_peak_in_use: int = field(default=0, compare=False)
 
 
 class KVStorage:

@@ -22,6 +22,7 @@ class ContiguousCache(KVCache):
         self.page_size = max_seq_len
         self._free_slots = list(range(num_slots))
         self._slot_of: dict[int, int] = {}
+        self._peak_in_use = 0
 
     @property
     def max_tokens_per_seq(self) -> int:
@@ -33,6 +34,7 @@ class ContiguousCache(KVCache):
         if not self._free_slots or len(tokens) > self.page_size:
             return None
         self._slot_of[seq_id] = self._free_slots.pop(0)
+        self._peak_in_use = max(self._peak_in_use, len(self._slot_of))
         return Admission(0, 0)
 
     def _slot(self, seq_id: int) -> int:
@@ -72,4 +74,5 @@ class ContiguousCache(KVCache):
             page_size=self.page_size,
             hit_tokens=0,
             bytes_reserved=self.storage.bytes_reserved,
+            pages_peak_in_use=self._peak_in_use,
         )

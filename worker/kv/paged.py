@@ -167,4 +167,5 @@ class PageCache(KVCache):
             page_size=self.page_size,
             hit_tokens=self._hit_tokens,
             bytes_reserved=self.storage.bytes_reserved,
+            pages_peak_in_use=allocator.peak_in_use,
         )

@@ -11,6 +11,7 @@ from torch import nn
 from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.config import ModelConfig
 from worker.model.linear import PackedLinear
+from worker.model.quant import QUANTIZATIONS, Int8Linear
 from worker.model.rope import apply_rope, rope_tables
 
 
@@ -173,19 +174,28 @@ class LlamaModel(nn.Module):
             x = layer(x, cos, sin, batch, kv)
         return self._logits(x.index_select(0, batch.logits_index))
 
-    def pack_for_inference(self, float32_head: torch.Tensor | None = None) -> None:
-        """Swap every linear layer for a PackedLinear, once the weights are loaded.
+    def pack_for_inference(
+        self, float32_head: torch.Tensor | None = None, quantization: str | None = None
+    ) -> None:
+        """Swap every linear layer for a PackedLinear (or an Int8Linear), once loaded.
 
         With `float32_head` (the checkpoint's own output weights), a bf16/fp16 model still
         computes the final norm and logits in float32: rounding logits to 8 mantissa bits
-        makes near-ties flip the top token.
+        makes near-ties flip the top token. The output layer is never quantized.
         """
+        if quantization is not None and quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
+        pack = Int8Linear if quantization == "int8" else PackedLinear
         for block in self.layers:
             attn, mlp = block.self_attn, block.mlp
-            attn.qkv_proj = PackedLinear.from_linear(attn.qkv_proj)
-            attn.o_proj = PackedLinear.from_linear(attn.o_proj)
-            mlp.gate_up_proj = PackedLinear.from_linear(mlp.gate_up_proj)
-            mlp.down_proj = PackedLinear.from_linear(mlp.down_proj)
+            for owner, name in (
+                (attn, "qkv_proj"),
+                (attn, "o_proj"),
+                (mlp, "gate_up_proj"),
+                (mlp, "down_proj"),
+            ):
+                linear = getattr(owner, name)
+                setattr(owner, name, pack(linear.weight, linear.bias))
         head = self.lm_head.weight if float32_head is None else float32_head.float()
         self._head = PackedLinear(head.detach().to(self.device), None)
 

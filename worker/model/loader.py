@@ -126,11 +126,13 @@ def load_model(
     device: torch.device,
     float32_head: bool = True,
     pack: bool = True,
+    quantization: str | None = None,
 ) -> LlamaModel:
     """Build the decoder and fill it from every *.safetensors file in the folder.
 
-    `pack` lays the linear weights out for the fastest kernels (inference only); with
-    `float32_head`, a bf16/fp16 model still computes its logits in float32.
+    `pack` lays the linear weights out for the fastest kernels (inference only), or
+    quantizes them (`quantization="int8"`); with `float32_head`, a bf16/fp16 model still
+    computes its logits in float32.
     """
     config = load_config(model_dir)
     with torch.device("meta"):
@@ -147,7 +149,7 @@ def load_model(
             head = state[
                 "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
             ]
-        model.pack_for_inference(head)
+        model.pack_for_inference(head, quantization)
     return model.eval()
 
 

@@ -1,0 +1,47 @@
+"""Teacher-forced top-1 agreement of a model variant with the float32 model on a fixed text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from bench.workloads import SYSTEM_PROMPT_W2, TENANTS, tenant_system_prompt
+from worker.model.batch import ForwardBatch
+from worker.model.llama import LlamaModel
+from worker.model.loader import load_model
+from worker.tokenizer import Tokenizer
+
+FIXED_TEXT = " ".join([SYSTEM_PROMPT_W2, *(tenant_system_prompt(*t) for t in TENANTS[:2])])
+
+
+def sequence_logits(model: LlamaModel, ids: list[int]) -> torch.Tensor:
+    """(len(ids), vocab) logits of one sequence in one forward, over a private cache."""
+    config = model.config
+    n = len(ids)
+    shape = (config.num_layers, n, config.num_kv_heads, config.head_dim)
+    k = torch.zeros(shape, dtype=model.dtype)
+    v = torch.zeros_like(k)
+    pos = torch.arange(n)
+    mask = (pos[None, :] <= pos[:, None]).repeat_interleave(config.kv_group_size, dim=0)
+    batch = ForwardBatch(pos, pos, pos[None], mask[None, None], pos, pos, n)
+    with torch.inference_mode():
+        return model(torch.tensor(ids), batch, [(k[i], v[i]) for i in range(config.num_layers)])
+
+
+def top1_agreement(
+    model_dir: Path, variants: dict[str, dict], max_tokens: int = 1024
+) -> dict[str, float]:
+    """{variant name: fraction of positions whose argmax equals float32's}."""
+    ids = Tokenizer(model_dir).encode(FIXED_TEXT)[:max_tokens]
+    cpu = torch.device("cpu")
+    reference = sequence_logits(load_model(model_dir, torch.float32, cpu), ids).argmax(-1)
+    return {
+        name: (
+            sequence_logits(load_model(model_dir, device=cpu, **kw), ids).argmax(-1) == reference
+        )
+        .float()
+        .mean()
+        .item()
+        for name, kw in variants.items()
+    } | {"positions": float(len(ids))}

@@ -1,0 +1,96 @@
+"""Server: `astrai serve` or `astrai gateway` in its own process group (tests, benches)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from common.supervisor import free_loopback_port
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def http_json(url: str, timeout: float = 5.0) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+class Server:
+    """`astrai serve` (or `astrai gateway`) in its own process group."""
+
+    def __init__(self, command: str, *args: str, workers: int = 1) -> None:
+        self.port = free_loopback_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.workers = workers
+        argv = [sys.executable, "-m", "common.cli", "--log-level", "warning", command]
+        argv += ["--port", str(self.port), *args]
+        if command == "serve":
+            argv += ["--workers", str(workers)]
+        else:
+            argv += ["--worker-bind", f"tcp://127.0.0.1:{free_loopback_port()}"]
+        self.log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            argv, cwd=REPO, start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT
+        )
+
+    def wait_ready(self, timeout_s: float = 180.0, workers: int | None = None) -> Server:
+        """Until /health reports the workers (or, for a bare gateway, answers at all)."""
+        wanted = self.workers if workers is None else workers
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}")
+            try:
+                status, body = http_json(f"{self.url}/health", timeout=2)
+                if (wanted == 0 and status in (200, 503)) or body.get("workers", 0) >= wanted:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"server not ready within {timeout_s} s")
+
+    def stats(self) -> dict:
+        return http_json(f"{self.url}/stats")[1]
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM the server and wait; then make sure nothing of its group is left."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.kill_group()
+        self.log.close()
+
+    def group_alive(self) -> bool:
+        try:
+            os.killpg(self.process.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def kill_group(self) -> None:
+        if self.group_alive():
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def wait_until(predicate, timeout_s: float, interval_s: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return predicate()
