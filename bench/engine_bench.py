@@ -3,221 +3,59 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import multiprocessing
 import os
 import platform
-import queue
-import statistics
 import time
-from dataclasses import asdict, dataclass
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from bench.accuracy import top1_agreement
-from bench.loadgen import LoadSpec, run_load
+from bench.measure import (
+    RunResult,
+    markdown,
+    run_engine,
+    run_http,
+    run_transformers,
+    worker_memory,
+)
 from bench.server import Server
-from bench.summary import summarize
-from bench.workloads import Workload, w1, w2
+from bench.workloads import w1, w2
 from worker.engine import InferenceEngine
 from worker.model.loader import resolve_model_dir
-from worker.sampling_params import SamplingParams
-from worker.sequence import TokenEvent
+
+WORKLOADS = {"W1": w1, "W2": w2}
 
 
-@dataclass
-class RunResult:
-    system: str
-    workload: str
-    concurrency: int
-    requests: int
-    output_tokens: int
-    wall_s: float
-    ttft_mean_s: float
-    ttft_p95_s: float
-    extra: dict[str, Any]
-
-    @property
-    def tok_s(self) -> float:
-        return self.output_tokens / self.wall_s
+def engine_runs(
+    options: dict[str, Any], label: str, runs: list[tuple[str, int, int]]
+) -> list[RunResult]:
+    """One engine, several (workload, concurrency, requests) runs after a warm-up."""
+    with InferenceEngine(**options) as engine:
+        run_engine(engine, w1(), 8, 8, "warmup")
+        return [run_engine(engine, WORKLOADS[name](), c, n, label) for name, c, n in runs]
 
 
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+def http_runs(runs: list[tuple[str, int, int]]) -> tuple[list[RunResult], dict[str, Any]]:
+    server = Server("serve").wait_ready()
+    try:
+        run_http(w1(), 8, 8, "warmup", server)
+        label = "astrai serve (HTTP) bfloat16"
+        results = [run_http(WORKLOADS[name](), c, n, label, server) for name, c, n in runs]
+        return results, worker_memory(server)
+    finally:
+        server.stop()
 
 
-def run_engine(
-    engine: InferenceEngine, workload: Workload, concurrency: int, num_requests: int, label: str
-) -> RunResult:
-    """Closed loop: keep `concurrency` requests in flight until `num_requests` are done."""
-    params = SamplingParams(
-        temperature=0, max_tokens=workload.max_tokens, ignore_eos=workload.ignore_eos
-    )
-    events: queue.Queue[TokenEvent] = queue.Queue()
-    conversations = workload.conversations[:num_requests]
-    submitted_at: dict[str, float] = {}
-    first_token: dict[str, float] = {}
-    tokens = 0
-    stats_before = engine.get_stats()
-    start = time.perf_counter()
-    next_index = 0
-
-    def submit_next() -> None:
-        nonlocal next_index
-        request_id = f"{label}-{next_index}"
-        submitted_at[request_id] = time.perf_counter()
-        engine.submit(conversations[next_index], params, events.put, request_id=request_id)
-        next_index += 1
-
-    for _ in range(min(concurrency, len(conversations))):
-        submit_next()
-    done = 0
-    while done < len(conversations):
-        event = events.get(timeout=600)
-        if event.token_ids and event.request_id not in first_token:
-            first_token[event.request_id] = time.perf_counter()
-        tokens += len(event.token_ids)
-        if event.finish_reason is not None:
-            done += 1
-            if next_index < len(conversations):
-                submit_next()
-    wall = time.perf_counter() - start
-    ttfts = [first_token[r] - submitted_at[r] for r in submitted_at]
-    stats = engine.get_stats()
-    prompt_tokens = sum(len(engine.requests.prompt_token_ids(c)) for c in conversations)
-    hits = stats["prefix_cache_hit_tokens"] - stats_before["prefix_cache_hit_tokens"]
-    return RunResult(
-        system=label,
-        workload=workload.name,
-        concurrency=concurrency,
-        requests=len(conversations),
-        output_tokens=tokens,
-        wall_s=wall,
-        ttft_mean_s=statistics.mean(ttfts),
-        ttft_p95_s=p95(ttfts),
-        extra={
-            "prompt_tokens": prompt_tokens,
-            "cached_prompt_fraction": hits / prompt_tokens,
-            "preemptions": stats["preemptions"] - stats_before["preemptions"],
-        },
-    )
-
-
-class FirstTokenClock:
-    """A transformers StoppingCriteria that only notes when the first new token exists."""
-
-    def __init__(self) -> None:
-        self.first: float | None = None
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **_: Any) -> torch.Tensor:
-        if self.first is None:
-            self.first = time.perf_counter()
-        return torch.zeros(input_ids.shape[0], dtype=torch.bool)
-
-
-def run_transformers(
-    model_dir: Path, workload: Workload, batch_size: int, num_requests: int, dtype: torch.dtype
-) -> RunResult:
-    """transformers `generate`, one request at a time or static left-padded batches."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteriaList
-
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).eval()
-    conversations = workload.conversations[:num_requests]
-    prompts = [
-        tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False)
-        for c in conversations
-    ]
-    tokens = 0
-    ttfts: list[float] = []
-    start = time.perf_counter()
-    for i in range(0, len(prompts), batch_size):
-        batch = tokenizer(prompts[i : i + batch_size], return_tensors="pt", padding=True)
-        clock = FirstTokenClock()
-        with torch.inference_mode():
-            out = model.generate(
-                **batch,
-                max_new_tokens=workload.max_tokens,
-                min_new_tokens=workload.max_tokens if workload.ignore_eos else 0,
-                do_sample=False,
-                pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
-                stopping_criteria=StoppingCriteriaList([clock]),
-            )
-        tokens += (out.shape[1] - batch["input_ids"].shape[1]) * out.shape[0]
-        assert clock.first is not None
-        ttfts += [clock.first - start] * out.shape[0]  # every request arrived at t = 0
-    wall = time.perf_counter() - start
-    kind = "sequential" if batch_size == 1 else f"static batch {batch_size}"
-    return RunResult(
-        system=f"transformers {kind} {str(dtype).removeprefix('torch.')}",
-        workload=workload.name,
-        concurrency=batch_size,
-        requests=len(prompts),
-        output_tokens=tokens,
-        wall_s=wall,
-        ttft_mean_s=statistics.mean(ttfts),
-        ttft_p95_s=p95(ttfts),
-        extra={},
-    )
-
-
-def markdown(results: list[RunResult], baseline: RunResult) -> str:
-    lines = [
-        "| system | workload | concurrency | requests | output tok/s | vs baseline "
-        "| TTFT mean s | TTFT p95 s | cached prompt |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        cached = r.extra.get("cached_prompt_fraction")
-        lines.append(
-            f"| {r.system} | {r.workload} | {r.concurrency} | {r.requests} | {r.tok_s:.1f} "
-            f"| {r.tok_s / baseline.tok_s:.2f}× | {r.ttft_mean_s:.3f} | {r.ttft_p95_s:.3f} "
-            f"| {'' if cached is None else f'{cached:.0%}'} |"
-        )
-    return "\n".join(lines)
-
-
-def run_http(
-    workload: Workload, concurrency: int, num_requests: int, label: str, server: Server
-) -> RunResult:
-    """The same closed loop through the gateway: HTTP + SSE + ZeroMQ + worker."""
-    spec = LoadSpec(url=server.url, max_tokens=workload.max_tokens, ignore_eos=workload.ignore_eos)
-    records, wall = asyncio.run(
-        run_load(spec, workload.conversations[:num_requests], concurrency=concurrency)
-    )
-    summary = summarize(records, wall)
-    if summary["errors"]:
-        raise RuntimeError(f"{label}: {summary['errors']} errors, e.g. {summary['error_samples']}")
-    return RunResult(
-        system=label,
-        workload=workload.name,
-        concurrency=concurrency,
-        requests=summary["completed"],
-        output_tokens=summary["output_tokens"],
-        wall_s=wall,
-        ttft_mean_s=summary["ttft_s"]["mean"],
-        ttft_p95_s=summary["ttft_s"]["p95"],
-        extra={"ttft_p50_s": summary["ttft_s"]["p50"]},
-    )
-
-
-def worker_memory(server: Server) -> dict[str, Any]:
-    """Peak RSS of each worker process and its KV bytes reserved vs in use, from /stats."""
-    memory = {}
-    for worker in server.stats()["workers"]:
-        status = Path(f"/proc/{worker['pid']}/status").read_text()
-        peak_kb = next(
-            int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")
-        )
-        memory[worker["worker_id"]] = {
-            "peak_rss_mib": peak_kb / 1024,
-            "kv_reserved_mib": worker["kv_bytes_reserved"] / 2**20,
-            "kv_peak_in_use_mib": worker.get("kv_bytes_peak_in_use", 0) / 2**20,
-        }
-    return memory
+def isolated(function: Any, *args: Any) -> Any:
+    """Run a measurement in a fresh process, so none inherits another's threads or memory."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(function, *args).result()
 
 
 def main() -> None:
@@ -230,10 +68,19 @@ def main() -> None:
     n_seq, n_all = 8 // scale, 64 // scale
     model_dir = resolve_model_dir(None)
     results: list[RunResult] = []
-    workload1, workload2 = w1(), w2()
     started = time.strftime("%Y-%m-%d %H:%M")
 
-    accuracy = top1_agreement(
+    def record(new: list[RunResult]) -> None:
+        for result in new:
+            print(
+                f"{result.system} {result.workload} c={result.concurrency}: "
+                f"{result.tok_s:.1f} tok/s, TTFT mean {result.ttft_mean_s:.3f} s",
+                flush=True,
+            )
+        results.extend(new)
+
+    accuracy = isolated(
+        top1_agreement,
         model_dir,
         {
             "bfloat16 (fp32 residual + head)": {"dtype": torch.bfloat16},
@@ -242,39 +89,39 @@ def main() -> None:
         },
     )
     if not args.skip_transformers:
-        results.append(run_transformers(model_dir, workload1, 1, n_seq, torch.float32))
-        results.append(run_transformers(model_dir, workload1, 32, n_all, torch.float32))
-        results.append(run_transformers(model_dir, workload1, 32, n_all, torch.bfloat16))
-
-    with InferenceEngine() as engine:
-        label = f"astrai engine {str(engine.dtype).removeprefix('torch.')}"
-        run_engine(engine, workload1, 8, 8, "warmup")
-        results.append(run_engine(engine, workload1, 1, n_seq, label))
-        for concurrency in (8, 32):
-            results.append(run_engine(engine, workload1, concurrency, n_all, label))
-        results.append(run_engine(engine, workload2, 32, n_all, f"{label} prefix cache"))
-    with InferenceEngine(enable_prefix_caching=False) as engine:
-        label = f"astrai engine {str(engine.dtype).removeprefix('torch.')} no prefix cache"
-        results.append(run_engine(engine, workload2, 32, n_all, label))
-    with InferenceEngine(dtype="float32") as engine:
-        run_engine(engine, workload1, 8, 8, "warmup")
-        results.append(run_engine(engine, workload1, 32, n_all, "astrai engine float32"))
-    with InferenceEngine(dtype="float32", quantization="int8") as engine:
-        run_engine(engine, workload1, 8, 8, "warmup")
-        results.append(run_engine(engine, workload1, 1, n_seq, "astrai engine int8"))
-        results.append(run_engine(engine, workload1, 32, n_all, "astrai engine int8"))
-
-    server = Server("serve").wait_ready()
-    try:
-        run_http(workload1, 8, 8, "warmup", server)
-        results.append(run_http(workload1, 1, n_seq, "astrai serve (HTTP) bfloat16", server))
-        for concurrency in (8, 32):
-            results.append(
-                run_http(workload1, concurrency, n_all, "astrai serve (HTTP) bfloat16", server)
-            )
-        memory = worker_memory(server)
-    finally:
-        server.stop()
+        record([isolated(run_transformers, model_dir, w1(), 1, n_seq, torch.float32)])
+        record([isolated(run_transformers, model_dir, w1(), 32, n_all, torch.float32)])
+        record([isolated(run_transformers, model_dir, w1(), 32, n_all, torch.bfloat16)])
+    record(
+        isolated(
+            engine_runs,
+            {},
+            "astrai engine bfloat16",
+            [("W1", 1, n_seq), ("W1", 8, n_all), ("W1", 32, n_all)],
+        )
+    )
+    record(isolated(engine_runs, {}, "astrai engine bfloat16 prefix cache", [("W2", 32, n_all)]))
+    record(
+        isolated(
+            engine_runs,
+            {"enable_prefix_caching": False},
+            "astrai engine bfloat16 no prefix cache",
+            [("W2", 32, n_all)],
+        )
+    )
+    record(
+        isolated(engine_runs, {"dtype": "float32"}, "astrai engine float32", [("W1", 32, n_all)])
+    )
+    record(
+        isolated(
+            engine_runs,
+            {"dtype": "float32", "quantization": "int8"},
+            "astrai engine int8",
+            [("W1", 1, n_seq), ("W1", 32, n_all)],
+        )
+    )
+    http, memory = isolated(http_runs, [("W1", 1, n_seq), ("W1", 8, n_all), ("W1", 32, n_all)])
+    record(http)
 
     baseline = next((r for r in results if r.system.startswith("transformers static")), results[0])
     table = markdown(results, baseline)
@@ -284,7 +131,7 @@ def main() -> None:
     )
     print(table, accuracy_table, json.dumps(memory, indent=2), sep="\n\n")
     args.out.mkdir(parents=True, exist_ok=True)
-    record = {
+    record_json = {
         "started": started,
         "command": "make bench",
         "machine": {
@@ -296,7 +143,7 @@ def main() -> None:
         "worker_memory": memory,
         "results": [{**asdict(r), "tok_s": r.tok_s} for r in results],
     }
-    (args.out / "engine.json").write_text(json.dumps(record, indent=2))
+    (args.out / "engine.json").write_text(json.dumps(record_json, indent=2))
     (args.out / "engine.md").write_text(f"{table}\n\n{accuracy_table}\n")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -28,8 +29,16 @@ def http_json(url: str, timeout: float = 5.0) -> tuple[int, dict]:
 class Server:
     """`astrai serve` (or `astrai gateway`) in its own process group."""
 
-    def __init__(self, command: str, *args: str, workers: int = 1) -> None:
-        self.port = free_loopback_port()
+    def __init__(
+        self,
+        command: str,
+        *args: str,
+        workers: int = 1,
+        port: int | None = None,
+        worker_bind: str | None = None,
+    ) -> None:
+        self.port = port or free_loopback_port()
+        self.worker_bind = worker_bind or f"tcp://127.0.0.1:{free_loopback_port()}"
         self.url = f"http://127.0.0.1:{self.port}"
         self.workers = workers
         argv = [sys.executable, "-m", "common.cli", "--log-level", "warning", command]
@@ -37,7 +46,7 @@ class Server:
         if command == "serve":
             argv += ["--workers", str(workers)]
         else:
-            argv += ["--worker-bind", f"tcp://127.0.0.1:{free_loopback_port()}"]
+            argv += ["--worker-bind", self.worker_bind]
         self.log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             argv, cwd=REPO, start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT
@@ -94,3 +103,32 @@ def wait_until(predicate, timeout_s: float, interval_s: float = 0.1) -> bool:
             return True
         time.sleep(interval_s)
     return predicate()
+
+
+class WorkerProcess:
+    """`astrai worker` dialing a gateway, in its own process group."""
+
+    def __init__(self, gateway: str, *args: str, worker_id: str) -> None:
+        self.worker_id = worker_id
+        argv = [sys.executable, "-m", "common.cli", "--log-level", "warning", "worker"]
+        argv += ["--gateway", gateway, "--worker-id", worker_id, "--threads", "1", *args]
+        self.log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            argv, cwd=REPO, start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT
+        )
+
+    def signal(self, sig: int) -> None:
+        self.process.send_signal(sig)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # a stopped process cannot handle SIGTERM
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.log.close()

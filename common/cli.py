@@ -1,4 +1,4 @@
-"""The `astrai` command line: serve, gateway, worker, bench."""
+"""The `astrai` command line: serve, gateway, worker, keys, bench."""
 
 from __future__ import annotations
 
@@ -18,10 +18,18 @@ def _gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", default=os.environ.get("ASTRAI_API_KEY"))
     parser.add_argument(
-        "--routing", default="least_loaded", choices=("least_loaded", "round_robin")
+        "--routing", default="cache_aware", choices=("cache_aware", "least_loaded", "round_robin")
     )
     parser.add_argument("--heartbeat-timeout", type=float, default=3.0, metavar="SECONDS")
     parser.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
+    parser.add_argument("--max-in-flight", type=int, default=256)
+    parser.add_argument("--max-queued", type=int, default=512)
+    parser.add_argument("--queue-timeout", type=float, default=30.0, metavar="SECONDS")
+    parser.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS")
+    parser.add_argument("--curve-secret-key", default=None, help="gateway .key_secret (CURVE)")
+    parser.add_argument(
+        "--curve-authorized-keys", default=None, help="folder of worker .key files allowed"
+    )
 
 
 def _engine_args(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--device", default="cpu", help="cpu, cuda or cuda:K")
     worker.add_argument("--worker-id", default=None)
     worker.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    worker.add_argument(
+        "--health-port", type=int, default=None, help="serve /live and /ready for probes"
+    )
+    worker.add_argument("--curve-server-key", default=None, help="the gateway's public .key")
+    worker.add_argument("--curve-secret-key", default=None, help="this worker's .key_secret")
+
+    keys = sub.add_parser("keys", help="generate a CURVE key pair for a gateway or worker")
+    keys.add_argument("--out", default="keys", help="folder for NAME.key and NAME.key_secret")
+    keys.add_argument("--name", default="gateway")
 
     from bench.cli import add_arguments
 
@@ -72,10 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_gateway(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from gateway.app import create_app
     from gateway.config import GatewayConfig
+    from gateway.server import run_gateway as serve
 
     config = GatewayConfig(
         host=args.host,
@@ -85,14 +100,14 @@ def run_gateway(args: argparse.Namespace) -> int:
         routing=args.routing,
         heartbeat_timeout_s=args.heartbeat_timeout,
         max_body_bytes=args.max_body_bytes,
+        max_in_flight=args.max_in_flight,
+        max_queued=args.max_queued,
+        queue_timeout_s=args.queue_timeout,
+        drain_timeout_s=args.drain_timeout,
+        curve_secret_key=args.curve_secret_key,
+        curve_authorized_keys=args.curve_authorized_keys,
     )
-    uvicorn.run(
-        create_app(config),
-        host=config.host,
-        port=config.port,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=5,
-    )
+    serve(config, args.log_level)
     return 0
 
 
@@ -104,7 +119,12 @@ def run_worker(args: argparse.Namespace) -> int:
     from worker.main import WorkerConfig, serve_worker
 
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    config = WorkerConfig(gateway=args.gateway, worker_id=worker_id)
+    config = WorkerConfig(
+        gateway=args.gateway,
+        worker_id=worker_id,
+        curve_server_key=args.curve_server_key,
+        curve_secret_key=args.curve_secret_key,
+    )
     engine = InferenceEngine(
         args.model,
         served_model_name=args.served_model_name,
@@ -118,7 +138,7 @@ def run_worker(args: argparse.Namespace) -> int:
         num_threads=args.threads,
         quantization=args.quantization,
     )
-    serve_worker(engine, config)
+    serve_worker(engine, config, args.health_port)
     return 0
 
 
@@ -132,6 +152,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_gateway(args)
     if args.command == "worker":
         return run_worker(args)
+    if args.command == "keys":
+        from pathlib import Path
+
+        from common.curve import generate_keys
+
+        public, secret = generate_keys(Path(args.out), args.name)
+        print(f"public key (share it): {public}\nsecret key (keep it):  {secret}")
+        return 0
     if args.command == "bench":
         from bench.cli import run
 

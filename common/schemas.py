@@ -65,7 +65,7 @@ class Rejected(Message):
 
     tag: ClassVar[str] = "rejected"
     request_id: str
-    code: str  # invalid_request | context_length_exceeded | overloaded | internal
+    code: str  # invalid_request | context_length_exceeded | draining | internal
     message: str
     param: str | None = None
 
@@ -112,6 +112,14 @@ class Submit(Message):
 
 
 @dataclass(frozen=True)
+class GatewayBeat(Message):
+    """The gateway's answer to each heartbeat: it is alive, and which incarnation it is."""
+
+    tag: ClassVar[str] = "gateway_beat"
+    incarnation: str
+
+
+@dataclass(frozen=True)
 class Abort(Message):
     """Stop a request: its client went away, a stop was hit, or the gateway shuts down."""
 
@@ -121,5 +129,15 @@ class Abort(Message):
 
 MESSAGE_TYPES: dict[str, type[Message]] = {
     cls.tag: cls
-    for cls in (Register, Heartbeat, Accepted, Rejected, Tokens, Finished, Submit, Abort)
+    for cls in (
+        Register,
+        Heartbeat,
+        Accepted,
+        Rejected,
+        Tokens,
+        Finished,
+        Submit,
+        GatewayBeat,
+        Abort,
+    )
 }

@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Sequence
 
 PR_SET_PDEATHSIG = 1
+MAX_RESTARTS_PER_MINUTE = 5
 
 
 def free_loopback_port() -> int:
@@ -71,6 +72,11 @@ def _engine_argv(args: argparse.Namespace) -> list[str]:
 def run_serve(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise SystemExit(f"--workers must be >= 1, got {args.workers}")
+    if args.curve_authorized_keys is not None:
+        raise SystemExit(
+            "--curve-authorized-keys restricts remote workers: run `astrai gateway` and "
+            "`astrai worker --curve-secret-key ...` for that"
+        )
     worker_bind = args.worker_bind or f"tcp://127.0.0.1:{free_loopback_port()}"
     gateway_argv = [
         "--log-level",
@@ -88,9 +94,23 @@ def run_serve(args: argparse.Namespace) -> int:
         str(args.heartbeat_timeout),
         "--max-body-bytes",
         str(args.max_body_bytes),
+        "--max-in-flight",
+        str(args.max_in_flight),
+        "--max-queued",
+        str(args.max_queued),
+        "--queue-timeout",
+        str(args.queue_timeout),
+        "--drain-timeout",
+        str(args.drain_timeout),
     ]
     if args.api_key:
         gateway_argv += ["--api-key", args.api_key]
+    for flag, value in (
+        ("--curve-secret-key", args.curve_secret_key),
+        ("--curve-authorized-keys", args.curve_authorized_keys),
+    ):
+        if value is not None:
+            gateway_argv += [flag, value]
     threads = max(1, (os.cpu_count() or 1) // args.workers)  # split the cores, no oversubscription
     children = [_spawn(gateway_argv)]
     stopping = False
@@ -101,11 +121,15 @@ def run_serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    worker_argvs = []
+    for i in range(args.workers):
+        worker_argv = ["--log-level", args.log_level, "worker", "--gateway", worker_bind]
+        worker_argv += ["--worker-id", f"worker-{i}", "--threads", str(threads)]
+        if args.curve_secret_key is not None:  # its public half is in the same file
+            worker_argv += ["--curve-server-key", args.curve_secret_key]
+        worker_argvs.append(worker_argv + _engine_argv(args))
     try:
-        for i in range(args.workers):
-            worker_argv = ["--log-level", args.log_level, "worker", "--gateway", worker_bind]
-            worker_argv += ["--worker-id", f"worker-{i}", "--threads", str(threads)]
-            children.append(_spawn(worker_argv + _engine_argv(args)))
+        children += [_spawn(argv) for argv in worker_argvs]
         url = f"http://{args.host}:{args.port}"
         deadline = time.monotonic() + args.startup_timeout
         while not stopping and _workers_ready(url) < args.workers:
@@ -118,10 +142,25 @@ def run_serve(args: argparse.Namespace) -> int:
             time.sleep(0.2)
         if not stopping:
             print(f"AstrAI Serve ready at {url} ({args.workers} worker(s))", flush=True)
+        restarts: list[float] = []
         while not stopping:
-            if any(child.poll() is not None for child in children):
-                print("astrai serve: a child process exited; stopping", file=sys.stderr)
+            if children[0].poll() is not None:
+                print("astrai serve: the gateway exited; stopping", file=sys.stderr)
                 return 1
+            for i, child in enumerate(children[1:], start=1):
+                if child.poll() is None:
+                    continue
+                # A crashed worker comes back under a new incarnation; a crash loop stops us.
+                now = time.monotonic()
+                restarts = [t for t in restarts if now - t < 60] + [now]
+                if len(restarts) > MAX_RESTARTS_PER_MINUTE:
+                    print("astrai serve: workers keep crashing; stopping", file=sys.stderr)
+                    return 1
+                print(
+                    f"astrai serve: worker-{i - 1} exited ({child.returncode}); restarting",
+                    file=sys.stderr,
+                )
+                children[i] = _spawn(worker_argvs[i - 1])
             time.sleep(0.2)
         return 0
     finally:

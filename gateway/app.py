@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from gateway.admission import AdmissionControl
 from gateway.auth import check_api_key
 from gateway.config import GatewayConfig
 from gateway.errors import ErrorKind, GatewayError
@@ -34,19 +35,43 @@ class Gateway:
         self.config = config
         self.registry = WorkerRegistry()
         self.hub = WorkerHub(
-            config.worker_bind, self.registry, config.heartbeat_timeout_s, config.max_frame_bytes
+            config.worker_bind,
+            self.registry,
+            config.heartbeat_timeout_s,
+            config.max_frame_bytes,
+            config.curve_secret_key,
+            config.curve_authorized_keys,
         )
         self.policy = make_policy(config.routing)
         self.hub.on_worker_gone.append(self.policy.forget)
         self.metrics = GatewayMetrics()
+        self.admission = AdmissionControl(
+            config.max_in_flight, config.max_queued, config.queue_timeout_s
+        )
+        self.draining = False
         self.started_at = time.time()
         self.openai = self._handler(OpenAIResponseBuilder())
         self.anthropic = self._handler(AnthropicResponseBuilder())
 
     def _handler(self, builder: ResponseBuilder) -> ProtocolHandler:
         return ProtocolHandler(
-            builder, self.hub, self.registry, self.policy, self.metrics, self.config
+            builder,
+            self.hub,
+            self.registry,
+            self.policy,
+            self.metrics,
+            self.config,
+            self.admission,
+            lambda: self.draining,
         )
+
+    def begin_drain(self) -> None:
+        """Readiness fails and new requests get 503 from now on; running ones go on."""
+        self.draining = True
+
+    @property
+    def busy(self) -> bool:
+        return self.admission.in_flight > 0 or self.hub.num_open > 0
 
     # -- routes -------------------------------------------------------------------------------
     def _protected(self, handler: ProtocolHandler) -> Callable[[Request], Awaitable[Response]]:
@@ -77,6 +102,8 @@ class Gateway:
         return JSONResponse({"object": "list", "data": data})
 
     async def health(self, request: Request) -> Response:
+        if self.draining:
+            return JSONResponse({"detail": "the gateway is shutting down"}, status_code=503)
         workers = len(self.registry.live())
         if workers == 0:
             return JSONResponse({"detail": "no worker is ready"}, status_code=503)
@@ -86,6 +113,13 @@ class Gateway:
         stats = aggregate_stats(self.registry)
         stats["dropped_frames"] = dict(self.hub.drops.counts)
         stats["open_requests"] = self.hub.num_open
+        stats["gateway"] = {
+            "in_flight": self.admission.in_flight,
+            "queued": self.admission.queued,
+            "rejected_overload": self.admission.rejected,
+            "draining": self.draining,
+            "routing": self.policy.name,
+        }
         return JSONResponse(stats)
 
     async def prometheus(self, request: Request) -> Response:

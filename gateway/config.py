@@ -15,10 +15,16 @@ class GatewayConfig:
     api_key: str | None = None
     max_body_bytes: int = 8 * 1024 * 1024
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    routing: str = "least_loaded"
+    routing: str = "cache_aware"
     heartbeat_timeout_s: float = 3.0
     accept_timeout_s: float = 60.0  # a worker that never answers Submit
     submit_attempts: int = 2  # a request not yet accepted is retried once elsewhere
+    max_in_flight: int = 256  # requests being served at once
+    max_queued: int = 512  # more requests waiting for a turn; beyond: 429 / 529
+    queue_timeout_s: float = 30.0
+    drain_timeout_s: float = 30.0  # SIGTERM: how long in-flight streams may take to finish
+    curve_secret_key: str | None = None  # the gateway's .key_secret: encrypt worker links
+    curve_authorized_keys: str | None = None  # folder of worker .key files allowed in
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -28,11 +34,20 @@ class GatewayConfig:
                 f"worker_bind must be a ZeroMQ address like tcp://127.0.0.1:5557, "
                 f"got {self.worker_bind!r}"
             )
-        for name in ("max_body_bytes", "max_frame_bytes", "submit_attempts"):
+        for name in ("max_body_bytes", "max_frame_bytes", "submit_attempts", "max_in_flight"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("heartbeat_timeout_s", "accept_timeout_s"):
+        if self.max_queued < 0:
+            raise ValueError(f"max_queued must be >= 0, got {self.max_queued}")
+        for name in (
+            "heartbeat_timeout_s",
+            "accept_timeout_s",
+            "queue_timeout_s",
+            "drain_timeout_s",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.curve_authorized_keys is not None and self.curve_secret_key is None:
+            raise ValueError("curve_authorized_keys needs curve_secret_key")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty")

@@ -8,7 +8,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from common.schemas import Abort, Accepted, Finished, Message, Rejected, Submit, Tokens
+from gateway.admission import AdmissionControl
 from gateway.config import GatewayConfig
 from gateway.errors import ErrorKind, GatewayError
 from gateway.protocols.base import (
@@ -107,6 +108,8 @@ class ProtocolHandler:
         policy: RoutingPolicy,
         metrics: GatewayMetrics,
         config: GatewayConfig,
+        admission: AdmissionControl,
+        draining: Callable[[], bool],
     ) -> None:
         self.builder = builder
         self.hub = hub
@@ -114,6 +117,8 @@ class ProtocolHandler:
         self.policy = policy
         self.metrics = metrics
         self.config = config
+        self.admission = admission
+        self.draining = draining
 
     def error_response(self, error: GatewayError) -> JSONResponse:
         status, body = self.builder.error_body(error)
@@ -123,32 +128,50 @@ class ProtocolHandler:
         return JSONResponse(body, status_code=status, headers=headers)
 
     async def handle(self, request: Request) -> Response:
+        """Admission first (before any work), then parse, route, submit, answer."""
         started_at = time.monotonic()
+        if self.draining():
+            return self._refuse(GatewayError(ErrorKind.UNAVAILABLE, "the gateway is shutting down"))
         try:
-            chat = self.builder.parse(await read_json(request, self.config.max_body_bytes))
-            model = self.resolve_model(chat.model)
-            request_id = f"{self.builder.id_prefix}{uuid.uuid4().hex}"
-            started = await self.start(request_id, model, chat)
+            await self.admission.acquire()
         except GatewayError as error:
-            response = self.error_response(error)
-            self.metrics.observe(self.builder.name, response.status_code, 0.0, None, 0)
-            return response
-        except ClientDisconnect:
-            return Response(status_code=499)
-        state = StreamState(
-            request_id=request_id,
-            model=model,
-            created=int(time.time()),
-            request=chat,
-            prompt_tokens=started.accepted.prompt_tokens,
-        )
-        if chat.stream:
-            return StreamingResponse(
-                self.stream(state, started, started_at),
-                media_type="text/event-stream",
-                headers=SSE_HEADERS,
+            return self._refuse(error)
+        handed_to_stream = False
+        try:
+            try:
+                chat = self.builder.parse(await read_json(request, self.config.max_body_bytes))
+                model = self.resolve_model(chat.model)
+                request_id = f"{self.builder.id_prefix}{uuid.uuid4().hex}"
+                started = await self.start(request_id, model, chat)
+            except GatewayError as error:
+                return self._refuse(error)
+            except ClientDisconnect:
+                return Response(status_code=499)
+            state = StreamState(
+                request_id=request_id,
+                model=model,
+                created=int(time.time()),
+                request=chat,
+                prompt_tokens=started.accepted.prompt_tokens,
             )
-        return await self.respond(request, state, started, started_at)
+            if chat.stream:
+                stream = ActiveStream(self, state, started, started_at)
+                handed_to_stream = True
+                return ClosingStreamingResponse(
+                    stream.events(),
+                    on_close=stream.close,
+                    media_type="text/event-stream",
+                    headers=SSE_HEADERS,
+                )
+            return await self.respond(request, state, started, started_at)
+        finally:
+            if not handed_to_stream:
+                self.admission.release()
+
+    def _refuse(self, error: GatewayError) -> JSONResponse:
+        response = self.error_response(error)
+        self.metrics.observe(self.builder.name, response.status_code, 0.0, None, 0)
+        return response
 
     # -- choosing and starting ----------------------------------------------------------------
     def resolve_model(self, requested: str | None) -> str:
@@ -191,7 +214,7 @@ class ProtocolHandler:
             if isinstance(reply, Accepted):
                 return Started(channel, worker, reply)
             self.hub.close(channel)
-            if isinstance(reply, Rejected):
+            if isinstance(reply, Rejected) and reply.code != "draining":
                 raise _rejection(reply)
         raise GatewayError(ErrorKind.UNAVAILABLE, f"no worker of model {model!r} could take it")
 
@@ -277,58 +300,97 @@ class ProtocolHandler:
                 remaining -= 1
         return result, ttft
 
-    # -- streamed --------------------------------------------------------------------------------
-    async def stream(
-        self, state: StreamState, started: Started, started_at: float
-    ) -> AsyncIterator[str]:
-        n = state.request.n
-        ttft: float | None = None
-        ended = False
-        status = 200
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A StreamingResponse that always runs `on_close` when it ends, however it ends.
+
+    The body generator's own `finally` does not run if it never started (a client gone
+    before the first byte); this does, so worker pages and admission slots never leak.
+    """
+
+    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None], **kwargs: Any):
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
-            yield "".join(self.builder.stream_start(state))
-            remaining = n
-            while remaining:
-                message = await started.channel.get()
-                if isinstance(message, WorkerLost):
-                    error = GatewayError(ErrorKind.UNAVAILABLE, f"worker lost: {message.reason}")
-                    status = 503
-                    yield "".join(self.builder.stream_error(state, error))
-                    ended = True
-                    return
-                if isinstance(message, Tokens) and 0 <= message.index < n:
-                    ttft = ttft if ttft is not None else time.monotonic() - started_at
-                    state.completion_tokens += len(message.token_ids)
-                    pieces = self.builder.stream_tokens(
-                        state, message.index, message.text, _logprobs(message)
-                    )
-                    if pieces:
-                        yield "".join(pieces)
-                elif isinstance(message, Finished) and 0 <= message.index < n:
-                    error = _finish_error(message)
-                    if error is not None:
-                        status = 500
-                        yield "".join(self.builder.stream_error(state, error))
-                        ended = True
-                        return
-                    state.cached_tokens = message.cached_tokens
-                    choice = ChoiceResult(
-                        index=message.index,
-                        finish_reason=message.finish_reason,
-                        stop=message.stop,
-                        completion_tokens=message.completion_tokens,
-                    )
-                    yield "".join(self.builder.stream_choice_end(state, choice))
-                    remaining -= 1
-            yield "".join(self.builder.stream_end(state))
-            ended = True
+            await super().__call__(scope, receive, send)
         finally:
-            if not ended:  # the client went away mid-stream
-                status = 499
-                self._abort_soon(started)
-            self.hub.close(started.channel)
-            latency = time.monotonic() - started_at
-            self.metrics.observe(self.builder.name, status, latency, ttft, state.completion_tokens)
+            self._on_close()
+
+
+class ActiveStream:
+    """One SSE response in progress: turns worker messages into the builder's events."""
+
+    def __init__(
+        self, handler: ProtocolHandler, state: StreamState, started: Started, started_at: float
+    ) -> None:
+        self.handler = handler
+        self.state = state
+        self.started = started
+        self.started_at = started_at
+        self.ttft: float | None = None
+        self.ended = False
+        self.status = 200
+        self._closed = False
+
+    async def events(self) -> AsyncIterator[str]:
+        builder, state = self.handler.builder, self.state
+        n = state.request.n
+        yield "".join(builder.stream_start(state))
+        remaining = n
+        while remaining:
+            message = await self.started.channel.get()
+            if isinstance(message, WorkerLost):
+                error = GatewayError(ErrorKind.UNAVAILABLE, f"worker lost: {message.reason}")
+                yield self._fail(error, 503)
+                return
+            if isinstance(message, Tokens) and 0 <= message.index < n:
+                if self.ttft is None:
+                    self.ttft = time.monotonic() - self.started_at
+                state.completion_tokens += len(message.token_ids)
+                pieces = builder.stream_tokens(
+                    state, message.index, message.text, _logprobs(message)
+                )
+                if pieces:
+                    yield "".join(pieces)
+            elif isinstance(message, Finished) and 0 <= message.index < n:
+                error = _finish_error(message)
+                if error is not None:
+                    yield self._fail(error, 500)
+                    return
+                state.cached_tokens = message.cached_tokens
+                choice = ChoiceResult(
+                    index=message.index,
+                    finish_reason=message.finish_reason,
+                    stop=message.stop,
+                    completion_tokens=message.completion_tokens,
+                )
+                yield "".join(builder.stream_choice_end(state, choice))
+                remaining -= 1
+        yield "".join(builder.stream_end(state))
+        self.ended = True
+
+    def _fail(self, error: GatewayError, status: int) -> str:
+        self.ended = True
+        self.status = status
+        return "".join(self.handler.builder.stream_error(self.state, error))
+
+    def close(self) -> None:
+        """Runs once when the response ends: abort an unfinished request, free its slot."""
+        if self._closed:
+            return
+        self._closed = True
+        handler = self.handler
+        if not self.ended:  # the client went away mid-stream
+            self.status = 499
+            handler._abort_soon(self.started)
+        handler.hub.close(self.started.channel)
+        handler.admission.release()
+        latency = time.monotonic() - self.started_at
+        handler.metrics.observe(
+            handler.builder.name, self.status, latency, self.ttft, self.state.completion_tokens
+        )
 
 
 async def _wait_disconnect(request: Request) -> None:

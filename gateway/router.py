@@ -6,6 +6,7 @@ import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from gateway.prefix_index import ApproxPrefixIndex, block_hashes
 from gateway.registry import WorkerState
 
 
@@ -40,7 +41,54 @@ class RoundRobin(RoutingPolicy):
         return ordered[next(self._counter) % len(ordered)]
 
 
+class CacheAware(RoutingPolicy):
+    """Send a prompt where its prefix was sent before, unless that worker is far busier.
+
+    Per worker, an ApproxPrefixIndex of the prompt text it was sent. The worker matching
+    the most leading blocks wins when the match covers at least `min_match` of the prompt;
+    otherwise, or when the load is out of balance (the busiest has more than `balance_abs`
+    requests in flight above the lightest and more than `balance_rel` times as many), the
+    least loaded worker takes it. Either way the chosen worker's index learns the prompt.
+    """
+
+    name = "cache_aware"
+
+    def __init__(
+        self, min_match: float = 0.5, balance_abs: int = 8, balance_rel: float = 1.5
+    ) -> None:
+        self.min_match = min_match
+        self.balance_abs = balance_abs
+        self.balance_rel = balance_rel
+        self._least_loaded = LeastLoaded()
+        self._indexes: dict[str, ApproxPrefixIndex] = {}
+
+    def _index(self, worker_id: str) -> ApproxPrefixIndex:
+        if worker_id not in self._indexes:
+            self._indexes[worker_id] = ApproxPrefixIndex()
+        return self._indexes[worker_id]
+
+    def _out_of_balance(self, workers: Sequence[WorkerState]) -> bool:
+        loads = [len(w.in_flight) for w in workers]
+        busiest, lightest = max(loads), min(loads)
+        return busiest - lightest > self.balance_abs and busiest > lightest * self.balance_rel
+
+    def pick(self, workers: Sequence[WorkerState], prompt_text: str) -> WorkerState:
+        hashes = block_hashes(prompt_text)
+        chosen = self._least_loaded.pick(workers, prompt_text)
+        if hashes and not self._out_of_balance(workers):
+            matches = {w.worker_id: self._index(w.worker_id).match(hashes) for w in workers}
+            best = max(workers, key=lambda w: (matches[w.worker_id], -w.load, w.worker_id))
+            if matches[best.worker_id] >= self.min_match * len(hashes):
+                chosen = best
+        self._index(chosen.worker_id).insert(hashes)
+        return chosen
+
+    def forget(self, worker_id: str) -> None:
+        self._indexes.pop(worker_id, None)
+
+
 POLICIES: dict[str, type[RoutingPolicy]] = {
+    CacheAware.name: CacheAware,
     LeastLoaded.name: LeastLoaded,
     RoundRobin.name: RoundRobin,
 }

@@ -6,12 +6,16 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 
 import zmq
 import zmq.asyncio
+import zmq.auth
+from zmq.auth.asyncio import AsyncioAuthenticator
 
-from common.schemas import Heartbeat, Message, Register
+from common.curve import make_server
+from common.schemas import GatewayBeat, Heartbeat, Message, Register
 from common.wire import DEFAULT_MAX_FRAME_BYTES, DropCounter, encode
 from gateway.registry import WorkerRegistry, WorkerState
 
@@ -45,12 +49,18 @@ class WorkerHub:
         registry: WorkerRegistry,
         heartbeat_timeout_s: float = 3.0,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        curve_secret_key: str | None = None,
+        curve_authorized_keys: str | None = None,
     ) -> None:
         self.bind = bind
+        self.curve_secret_key = curve_secret_key
+        self.curve_authorized_keys = curve_authorized_keys
+        self._authenticator: AsyncioAuthenticator | None = None
         self.registry = registry
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.max_frame_bytes = max_frame_bytes
         self.drops = DropCounter()
+        self.incarnation = uuid.uuid4().hex  # workers notice when the gateway restarts
         self.on_worker_gone: list = []  # callables(worker_id), e.g. the routing policy's forget
         self._channels: dict[str, RequestChannel] = {}
         self._context: zmq.asyncio.Context | None = None
@@ -63,6 +73,14 @@ class WorkerHub:
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unroutable sends raise instead of vanishing
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
         sock.setsockopt(zmq.LINGER, 0)
+        if self.curve_secret_key is not None:
+            # ZAP decides which client keys may complete the handshake: an allow-list
+            # folder of worker public keys, or any CURVE client that knows our key.
+            self._authenticator = AsyncioAuthenticator(self._context)
+            self._authenticator.start()
+            location = self.curve_authorized_keys or zmq.auth.CURVE_ALLOW_ANY
+            self._authenticator.configure_curve(domain="*", location=location)
+            make_server(sock, self.curve_secret_key)
         sock.bind(self.bind)
         self._socket = sock
         self._tasks = [
@@ -78,6 +96,8 @@ class WorkerHub:
                 await task
         if self._socket is not None:
             self._socket.close()
+        if self._authenticator is not None:
+            self._authenticator.stop()
         if self._context is not None:
             self._context.term()
 
@@ -103,6 +123,12 @@ class WorkerHub:
             log.warning("worker %s unreachable: %s", worker.worker_id, exc)
             return False
         return True
+
+    def _reply(self, identity: bytes, message: Message) -> None:
+        """Send without blocking the receive loop; an unroutable peer is ignored."""
+        assert self._socket is not None
+        future = self._socket.send_multipart([identity, encode(message)])
+        future.add_done_callback(_retrieve_exception)
 
     @property
     def num_open(self) -> int:
@@ -132,6 +158,8 @@ class WorkerHub:
         if isinstance(message, Heartbeat):
             if not self.registry.heartbeat(message, now):
                 self.drops.counts["stale_heartbeat"] += 1
+            # Answer every heartbeat, known sender or not: it tells a worker we are here.
+            self._reply(identity, GatewayBeat(self.incarnation))
             return
         request_id = getattr(message, "request_id", None)
         channel = self._channels.get(request_id) if isinstance(request_id, str) else None
@@ -155,3 +183,9 @@ class WorkerHub:
                 channel.queue.put_nowait(WorkerLost(worker_id, reason))
         for callback in self.on_worker_gone:
             callback(worker_id)
+
+
+def _retrieve_exception(future: asyncio.Future[object]) -> None:
+    """Mark a fire-and-forget send's failure as seen (the peer is gone; nothing to do)."""
+    if not future.cancelled():
+        future.exception()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import queue
+import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -66,14 +67,48 @@ class InferenceEngine:
 
     def __init__(self, model: str | Path | None = None, **options: Any) -> None:
         self.options = EngineOptions(**options)
+        self.model_name = self.options.served_model_name or (
+            Path(model).stem if model is not None else DEFAULT_MODEL_NAME
+        )
+        loaded = threading.Event()
+        failures: list[BaseException] = []
+        self._thread = threading.Thread(
+            target=self._engine_thread,
+            args=(model, loaded, failures),
+            name="inference-engine",
+            daemon=True,
+        )
+        self._thread.start()
+        loaded.wait()
+        if failures:
+            self._thread.join()
+            raise failures[0]
+
+    def _engine_thread(
+        self, model: str | Path | None, loaded: threading.Event, failures: list[BaseException]
+    ) -> None:
+        """Load the model, then run the scheduler loop, all on this one thread.
+
+        Every parallel torch operation of the engine happens here. With libgomp, a second
+        thread that runs OpenMP regions while another thread's team exists gets throttled
+        spinning, and the engine's many small ops slow down about 1.5x (docs/BENCHMARKS.md);
+        keeping loading and stepping on one thread avoids a second team.
+        """
+        try:
+            self._load(model)
+        except BaseException as exc:  # handed to the constructor, which raises it
+            failures.append(exc)
+            loaded.set()
+            return
+        loaded.set()
+        self.scheduler.run()
+
+    def _load(self, model: str | Path | None) -> None:
         opts = self.options
         if opts.num_threads is not None:
             torch.set_num_threads(opts.num_threads)
         device = torch.device(opts.device)
         self.model_dir = resolve_model_dir(model)
-        self.model_name = opts.served_model_name or (
-            Path(model).stem if model is not None else DEFAULT_MODEL_NAME
-        )
         config = load_config(self.model_dir)
         self.config = config
         self.dtype = resolve_dtype(opts.dtype, device)
@@ -89,7 +124,6 @@ class InferenceEngine:
             OutputProcessor(self.tokenizer),
             SchedulerConfig(max_seqs=opts.max_seqs, prefill_token_budget=opts.prefill_token_budget),
         )
-        self.scheduler.start()
 
     def _build_cache(self, context: int, device: torch.device) -> KVCache:
         opts, config = self.options, self.config
@@ -143,6 +177,13 @@ class InferenceEngine:
 
     def abort(self, request_id: str) -> None:
         self.scheduler.abort(request_id)
+
+    def abort_all(self) -> None:
+        self.scheduler.abort_all()
+
+    def is_idle(self) -> bool:
+        """No request queued, waiting or running."""
+        return not self.scheduler.has_work()
 
     def _start(
         self, prompt: Prompt, chat: bool, sampling: dict[str, Any], sink: EventSink
@@ -249,6 +290,7 @@ class InferenceEngine:
 
     def shutdown(self) -> None:
         self.scheduler.stop()
+        self._thread.join(30.0)
 
     def __enter__(self) -> InferenceEngine:
         return self

@@ -14,10 +14,12 @@ from typing import Any
 
 import zmq
 
+from common.curve import make_client
 from common.schemas import (
     Abort,
     Accepted,
     Finished,
+    GatewayBeat,
     Heartbeat,
     Message,
     Register,
@@ -28,6 +30,7 @@ from common.schemas import (
 from common.wire import DEFAULT_MAX_FRAME_BYTES, DropCounter, encode
 from worker.engine import InferenceEngine
 from worker.errors import RequestError
+from worker.health import HealthServer
 from worker.sampling_params import SamplingParams
 from worker.sequence import TokenEvent
 
@@ -40,15 +43,20 @@ class WorkerConfig:
     worker_id: str
     heartbeat_s: float = 0.5
     register_every: int = 10  # heartbeats; a gateway that restarted learns us again
+    gateway_timeout_s: float = 3.0  # no GatewayBeat for this long: the gateway is gone
+    drain_timeout_s: float = 120.0  # SIGTERM: finish running work, at most this long
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    curve_server_key: str | None = None  # the gateway's public .key: encrypt the link
+    curve_secret_key: str | None = None  # this worker's .key_secret (default: a fresh pair)
 
     def __post_init__(self) -> None:
         if not self.gateway.startswith(("tcp://", "ipc://", "inproc://")):
             raise ValueError(
                 f"gateway must be a ZeroMQ address like tcp://host:port, got {self.gateway!r}"
             )
-        if self.heartbeat_s <= 0:
-            raise ValueError(f"heartbeat_s must be > 0, got {self.heartbeat_s}")
+        for name in ("heartbeat_s", "gateway_timeout_s", "drain_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
 
 def to_wire(event: TokenEvent) -> list[Message]:
@@ -85,7 +93,10 @@ class WorkerServer:
     """Owns the DEALER socket on one I/O thread; the engine's scheduler never touches it.
 
     Events leave the scheduler thread through an inproc PUSH socket of its own, so the
-    scheduler loop never waits on the network.
+    scheduler loop never waits on the network. The gateway answers every heartbeat with a
+    GatewayBeat; when those stop for `gateway_timeout_s`, or a gateway of another
+    incarnation answers, every running request is aborted (its pages freed) and the worker
+    registers again as soon as a gateway is back (ZeroMQ redials on its own).
     """
 
     def __init__(self, engine: InferenceEngine, config: WorkerConfig) -> None:
@@ -93,13 +104,36 @@ class WorkerServer:
         self.config = config
         self.incarnation = uuid.uuid4().hex
         self.drops = DropCounter()
+        self.gateway_incarnation: str | None = None
+        self.connected = False
         self._context = zmq.Context()
         self._events_address = f"inproc://events-{self.incarnation}"
         self._local = threading.local()
         self._stopping = threading.Event()
+        self._draining = threading.Event()
+        self._last_gateway_beat = 0.0
+        self._register_now = True
+        self.last_loop_tick = time.monotonic()
 
     def stop(self) -> None:
+        """Stop now: running requests are aborted by the engine's shutdown."""
         self._stopping.set()
+
+    def drain(self) -> None:
+        """Take no new requests, finish the running ones, then stop."""
+        self._draining.set()
+
+    @property
+    def draining(self) -> bool:
+        return self._draining.is_set()
+
+    def is_live(self) -> bool:
+        """The I/O loop is turning (it wakes at least every heartbeat)."""
+        return time.monotonic() - self.last_loop_tick < 10 * self.config.heartbeat_s + 5
+
+    def is_ready(self) -> bool:
+        """Registered with a gateway that answers, and taking requests."""
+        return self.connected and not self.draining
 
     def _push_event(self, event: TokenEvent) -> None:
         """Event sink, called on the scheduler thread."""
@@ -116,6 +150,8 @@ class WorkerServer:
         dealer.setsockopt(zmq.IDENTITY, self.config.worker_id.encode())
         dealer.setsockopt(zmq.MAXMSGSIZE, self.config.max_frame_bytes)
         dealer.setsockopt(zmq.LINGER, 0)
+        if self.config.curve_server_key is not None:
+            make_client(dealer, self.config.curve_server_key, self.config.curve_secret_key)
         dealer.connect(self.config.gateway)
         events = self._context.socket(zmq.PULL)
         events.bind(self._events_address)
@@ -124,15 +160,30 @@ class WorkerServer:
         poller.register(events, zmq.POLLIN)
         next_beat = 0.0
         beats = 0
+        drain_deadline: float | None = None
         try:
             while not self._stopping.is_set():
-                now = time.monotonic()
+                now = self.last_loop_tick = time.monotonic()
+                if self._draining.is_set():
+                    drain_deadline = drain_deadline or now + self.config.drain_timeout_s
+                    if self.engine.is_idle() or now > drain_deadline:
+                        log.info("worker %s drained", self.config.worker_id)
+                        return
                 if now >= next_beat:
-                    if beats % self.config.register_every == 0:
+                    periodic = beats % self.config.register_every == 0
+                    if not self.connected or self._register_now or periodic:
                         dealer.send(encode(self._register()))
+                        self._register_now = False
                     dealer.send(encode(self._heartbeat()))
                     beats += 1
                     next_beat = now + self.config.heartbeat_s
+                if self.connected and now - self._last_gateway_beat > self.config.gateway_timeout_s:
+                    log.warning(
+                        "gateway silent for %.1f s; aborting its requests",
+                        now - self._last_gateway_beat,
+                    )
+                    self.connected = False
+                    self.engine.abort_all()
                 timeout_ms = max(1, int((next_beat - now) * 1000))
                 ready = dict(poller.poll(timeout_ms))
                 if events in ready:
@@ -158,16 +209,30 @@ class WorkerServer:
             except zmq.Again:
                 return
             message = self.drops.decode(frame, self.config.max_frame_bytes)
-            if isinstance(message, Submit):
+            if isinstance(message, GatewayBeat):
+                self._gateway_beat(message)
+            elif isinstance(message, Submit):
                 dealer.send(encode(self._submit(message)))
             elif isinstance(message, Abort):
                 self.engine.abort(message.request_id)
             elif message is not None:
                 self.drops.counts["unexpected"] += 1
 
+    def _gateway_beat(self, message: GatewayBeat) -> None:
+        if self.gateway_incarnation not in (None, message.incarnation):
+            # A new gateway knows nothing of the old one's requests: nobody will read them.
+            log.warning("the gateway restarted; aborting the old gateway's requests")
+            self.engine.abort_all()
+            self._register_now = True
+        self.gateway_incarnation = message.incarnation
+        self._last_gateway_beat = time.monotonic()
+        self.connected = True
+
     def _submit(self, message: Submit) -> Accepted | Rejected:
         """Queue the request; the answer goes out before any of its tokens can."""
         request_id = message.request_id
+        if self._draining.is_set():
+            return Rejected(request_id, "draining", "this worker is shutting down")
         try:
             params = SamplingParams.from_kwargs(**message.params)
             prompt: Any = message.messages if message.messages is not None else message.prompt
@@ -207,16 +272,35 @@ class WorkerServer:
             kv_pages_total=stats["kv_pages_total"],
             prefix_cache_hit_tokens=stats["prefix_cache_hit_tokens"],
             stats=stats,
+            draining=self._draining.is_set(),
         )
 
 
-def serve_worker(engine: InferenceEngine, config: WorkerConfig) -> None:
-    """Run until SIGTERM/SIGINT, then shut the engine down."""
+def serve_worker(
+    engine: InferenceEngine, config: WorkerConfig, health_port: int | None = None
+) -> None:
+    """Run until drained (first SIGTERM/SIGINT) or stopped (the second one)."""
     server = WorkerServer(engine, config)
+    health = None
+    if health_port is not None:
+        # Probes come from the orchestrator over the pod network, so all interfaces; the
+        # port exists only when asked for, and it only reveals liveness.
+        health = HealthServer("0.0.0.0", health_port, server.is_live, server.is_ready)
+        health.start()
+
+    def on_signal(*_: object) -> None:
+        if server.draining:
+            server.stop()
+        else:
+            log.info("draining: no new requests, finishing the running ones")
+            server.drain()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: server.stop())
+        signal.signal(sig, on_signal)
     log.info("worker %s dialing %s", config.worker_id, config.gateway)
     try:
         server.run()
     finally:
         engine.shutdown()
+        if health is not None:
+            health.stop()

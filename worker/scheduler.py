@@ -67,6 +67,7 @@ class InferenceScheduler:
         self.running: list[Sequence] = []
         self._inbox: deque[list[Sequence]] = deque()
         self._aborts: set[str] = set()
+        self._abort_everything = False
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
         self._stopping = False
@@ -84,8 +85,16 @@ class InferenceScheduler:
             self._aborts.add(request_id)
         self._wakeup.set()
 
+    def abort_all(self) -> None:
+        """Abort every request added so far (e.g. their gateway went away)."""
+        with self._lock:
+            self._abort_everything = True
+        self._wakeup.set()
+
     def has_work(self) -> bool:
-        return bool(self._inbox or self._aborts or self.waiting or self.running)
+        return bool(
+            self._inbox or self._aborts or self._abort_everything or self.waiting or self.running
+        )
 
     @property
     def num_running(self) -> int:
@@ -96,20 +105,25 @@ class InferenceScheduler:
         return len(self.waiting) + sum(len(choices) for choices in list(self._inbox))
 
     def start(self) -> None:
+        """Run the loop on a new thread (an engine may instead call run() on its own)."""
         if self._thread is not None:
             raise RuntimeError("the scheduler is already running")
-        self._thread = threading.Thread(target=self._run, name="inference-scheduler", daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=self.run, name="inference-scheduler", daemon=True)
+        self._thread = thread
+        thread.start()
 
     def stop(self, timeout: float | None = 30.0) -> None:
         self._stopping = True
         self._wakeup.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        self._thread = None
 
     # -- the loop ---------------------------------------------------------------------
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Step whenever there is work until stop(); on the calling thread."""
+        self._thread = threading.current_thread()
         while not self._stopping:
             self._wakeup.clear()
             if not self.has_work():
@@ -135,9 +149,12 @@ class InferenceScheduler:
         with self._lock:
             arrived, self._inbox = list(self._inbox), deque()
             aborts, self._aborts = self._aborts, set()
+            everything, self._abort_everything = self._abort_everything, False
         for choices in arrived:
             self.waiting.extend(choices)
             self.counters.total_tasks += 1
+        if everything:
+            aborts |= {s.request_id for s in [*self.waiting, *self.running]}
         if aborts:
             for seq in [s for s in self.waiting if s.request_id in aborts]:
                 self.waiting.remove(seq)

@@ -13,6 +13,7 @@ from common.schemas import (
     Abort,
     Accepted,
     Finished,
+    GatewayBeat,
     Heartbeat,
     Register,
     Rejected,
@@ -36,6 +37,7 @@ EXAMPLES = [
     ),
     Submit("req-2", {}, prompt="raw text"),
     Abort("req-1"),
+    GatewayBeat("gw-1"),
 ]
 
 

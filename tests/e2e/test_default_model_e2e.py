@@ -8,7 +8,7 @@ import anthropic
 import openai
 import pytest
 
-from tests.e2e.harness import Server
+from tests.e2e.harness import Server, wait_until
 
 pytestmark = pytest.mark.slow
 MODEL = "SmolLM2-135M-Instruct"
@@ -53,7 +53,7 @@ def test_anthropic_sdk_answers_a_real_question(server: Server):
 
 
 def test_stats_show_the_prefix_cache_at_work(server: Server):
-    stats = server.stats()
-    [worker] = stats["workers"]
+    # Worker figures reach /stats with the next heartbeat (every 0.5 s).
+    assert wait_until(lambda: server.stats()["total_tasks"] >= 4, 5)
+    [worker] = server.stats()["workers"]
     assert worker["model"] == MODEL and worker["prefix_cache_hit_tokens"] > 0
-    assert stats["total_tasks"] >= 4

@@ -75,3 +75,20 @@ def test_sigkill_of_serve_takes_its_children_down(tiny_model_dir: Path):
         assert wait_until(lambda: not server.group_alive(), 20)
     finally:
         server.stop()
+
+
+def test_serve_restarts_a_crashed_worker(tiny_model_dir: Path):
+    server = Server("serve", "--model", str(tiny_model_dir), "--dtype", "float32")
+    try:
+        server.wait_ready()
+        [worker] = server.stats()["workers"]
+        os.kill(worker["pid"], signal.SIGKILL)
+        assert wait_until(
+            lambda: [w["pid"] for w in server.stats()["workers"]] not in ([], [worker["pid"]]),
+            60,
+        )
+        [again] = server.stats()["workers"]
+        assert again["worker_id"] == worker["worker_id"]
+        assert again["incarnation"] != worker["incarnation"]
+    finally:
+        server.stop()

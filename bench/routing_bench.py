@@ -1,0 +1,84 @@
+"""Routing benchmark: 2 workers, the multi-tenant workload, cache_aware vs round_robin."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.loadgen import LoadSpec, run_load
+from bench.server import Server
+from bench.summary import summarize
+from bench.workloads import multi_tenant
+
+
+def run_policy(policy: str, args: argparse.Namespace) -> dict[str, Any]:
+    server = Server(
+        "serve",
+        "--routing",
+        policy,
+        "--kv-cache-mb",
+        str(args.kv_cache_mb),
+        workers=2,
+    ).wait_ready()
+    try:
+        workload = multi_tenant(args.num_requests, args.max_tokens)
+        spec = LoadSpec(url=server.url, max_tokens=args.max_tokens, ignore_eos=True)
+        records, wall = asyncio.run(
+            run_load(spec, workload.conversations, concurrency=args.concurrency)
+        )
+        summary = summarize(records, wall)
+        workers = server.stats()["workers"]
+        return {
+            "routing": policy,
+            "output_tok_s": summary["output_tok_s"],
+            "req_s": summary["req_s"],
+            "ttft_mean_s": summary["ttft_s"]["mean"],
+            "errors": summary["errors"],
+            "prefix_cache_hit_tokens": sum(w["prefix_cache_hit_tokens"] for w in workers),
+            "prefill_tokens": sum(w["prefill_tokens"] for w in workers),
+            "requests_per_worker": [w["total_tasks"] for w in workers],
+        }
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--num-requests", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--kv-cache-mb", type=int, default=96, help="per worker; small enough to feel pressure"
+    )
+    parser.add_argument("--out", type=Path, default=Path("docs/bench"))
+    args = parser.parse_args()
+    rows = [run_policy(policy, args) for policy in ("round_robin", "cache_aware")]
+    baseline = rows[0]
+    lines = [
+        "| routing | prefix-cache hit tokens | vs round_robin | prefill tokens | output tok/s "
+        "| vs round_robin | TTFT mean s | requests per worker |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        hits = row["prefix_cache_hit_tokens"]
+        lines.append(
+            f"| {row['routing']} | {hits} "
+            f"| {hits / max(1, baseline['prefix_cache_hit_tokens']):.2f}× "
+            f"| {row['prefill_tokens']} | {row['output_tok_s']:.1f} "
+            f"| {row['output_tok_s'] / baseline['output_tok_s']:.2f}× "
+            f"| {row['ttft_mean_s']:.3f} | {row['requests_per_worker']} |"
+        )
+    table = "\n".join(lines)
+    print(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "routing.json").write_text(
+        json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=2)
+    )
+    (args.out / "routing.md").write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""Running the gateway: uvicorn with a drain on the first SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from types import FrameType
+
+import uvicorn
+
+from gateway.app import Gateway
+from gateway.config import GatewayConfig
+
+log = logging.getLogger(__name__)
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn, but the first SIGTERM/SIGINT drains before it exits.
+
+    Readiness fails and new requests get 503 at once; in-flight requests get up to
+    `drain_timeout_s` to finish; then the server stops (exit 0). A second signal stops now.
+    """
+
+    def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
+        super().__init__(config)
+        self.gateway = gateway
+        self._drain_task: asyncio.Task[None] | None = None
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._drain_task is not None or self.gateway.draining:
+            super().handle_exit(sig, frame)
+            return
+        log.info("draining for up to %.0f s", self.gateway.config.drain_timeout_s)
+        self.gateway.begin_drain()
+        self._drain_task = asyncio.get_event_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        deadline = time.monotonic() + self.gateway.config.drain_timeout_s
+        while self.gateway.busy and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self.should_exit = True
+
+
+def run_gateway(config: GatewayConfig, log_level: str = "info") -> None:
+    gateway = Gateway(config)
+    server_config = uvicorn.Config(
+        gateway.app(),
+        host=config.host,
+        port=config.port,
+        log_level=log_level,
+        timeout_graceful_shutdown=5,
+    )
+    DrainingServer(server_config, gateway).run()

