@@ -35,6 +35,7 @@ format: install
 
 bench: install
 	$(BIN)/python -m bench.engine_bench --out docs/bench
+	$(BIN)/python -m bench.routing_bench --out docs/bench
 
 serve: install
 	$(BIN)/astrai serve

@@ -35,3 +35,20 @@ def test_weights_are_detached_copies_in_the_packed_layout():
     assert packed.weight.shape == (8, 16)  # float32: stored transposed for x @ w_t
     assert not packed.weight.requires_grad
     assert "kind=mm" in repr(packed)
+
+
+@pytest.mark.parametrize("rows", [1, 15, 16, 64])
+def test_bf16_layer_with_a_float32_copy_matches_on_both_sides_of_the_threshold(rows: int):
+    torch.manual_seed(rows)
+    linear = nn.Linear(64, 48, bias=True).to(torch.bfloat16)
+    packed = PackedLinear(linear.weight, linear.bias, float32_copy=True)
+    x = torch.randn(rows, 64).to(torch.bfloat16)
+    out = packed(x)
+    assert out.dtype == torch.bfloat16  # the float32 path converts back
+    torch.testing.assert_close(out.float(), linear(x).float(), rtol=2e-2, atol=2e-2)
+    assert "float32 copy" in repr(packed)
+
+
+def test_float32_copy_is_ignored_for_float32_layers():
+    packed = PackedLinear(torch.randn(4, 8), None, float32_copy=True)
+    assert packed.weight_f32 is None and packed.kind == "mm"

@@ -11,20 +11,35 @@ def _mkldnn_linear_available() -> bool:
     return hasattr(torch.ops.mkldnn, "_linear_pointwise") and torch.backends.mkldnn.is_available()
 
 
+# From this many rows on, a bf16 layer on the CPU multiplies in float32 when it keeps a
+# float32 copy: below, reading half the bytes wins (memory bound); above, this CPU's
+# float32 FMA throughput is about twice its bf16 one (compute bound, docs/BENCHMARKS.md).
+FLOAT32_FROM_ROWS = 16
+
+
 class PackedLinear(nn.Module):
     """Inference-only replacement for nn.Linear, chosen per device and dtype.
 
     Measured on a 2-core AVX-512 CPU (docs/BENCHMARKS.md): float32 `x @ w_t` with the
     weight stored transposed is 1.4x faster than F.linear; bf16/fp16 through oneDNN with a
     prepacked weight is up to 2x faster than F.linear for one row. CUDA keeps F.linear.
+    With `float32_copy`, a bf16/fp16 CPU layer also keeps its weights as float32 and uses
+    them for batches of FLOAT32_FROM_ROWS rows or more (prefill, busy decode steps).
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, float32_copy: bool = False
+    ) -> None:
         super().__init__()
         self.in_features = weight.shape[1]
         self.out_features = weight.shape[0]
         self.bias = None if bias is None else bias.detach()
         self.kind = self._pick_kind(weight)
+        self.weight_f32: torch.Tensor | None = None
+        self.bias_f32: torch.Tensor | None = None
+        if float32_copy and self.kind == "mkldnn":
+            self.weight_f32 = weight.detach().float().t().contiguous()  # (in, out)
+            self.bias_f32 = None if bias is None else bias.detach().float()
         if self.kind == "mm":
             self.weight = weight.detach().t().contiguous()  # (in, out)
         elif self.kind == "mkldnn":
@@ -48,6 +63,14 @@ class PackedLinear(nn.Module):
         return cls(linear.weight, linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight_f32 is not None and x.shape[0] >= FLOAT32_FROM_ROWS:
+            x = x.float()
+            if self.bias_f32 is None:
+                out = torch.mm(x, self.weight_f32)
+            else:
+                out = torch.addmm(self.bias_f32, x, self.weight_f32)
+            # Back to the layer's dtype: attention and the KV cache stay as in bf16 mode.
+            return out.to(self.weight.dtype)
         if self.kind == "mm":
             if self.bias is None:
                 return torch.mm(x, self.weight)
@@ -57,4 +80,5 @@ class PackedLinear(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
-        return f"in={self.in_features}, out={self.out_features}, kind={self.kind}"
+        dual = ", float32 copy" if self.weight_f32 is not None else ""
+        return f"in={self.in_features}, out={self.out_features}, kind={self.kind}{dual}"

@@ -175,17 +175,20 @@ class LlamaModel(nn.Module):
         return self._logits(x.index_select(0, batch.logits_index))
 
     def pack_for_inference(
-        self, float32_head: torch.Tensor | None = None, quantization: str | None = None
+        self,
+        float32_head: torch.Tensor | None = None,
+        quantization: str | None = None,
+        float32_copy: bool = False,
     ) -> None:
         """Swap every linear layer for a PackedLinear (or an Int8Linear), once loaded.
 
         With `float32_head` (the checkpoint's own output weights), a bf16/fp16 model still
         computes the final norm and logits in float32: rounding logits to 8 mantissa bits
         makes near-ties flip the top token. The output layer is never quantized.
+        `float32_copy` lets bf16/fp16 CPU layers multiply batches in float32 (PackedLinear).
         """
         if quantization is not None and quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
-        pack = Int8Linear if quantization == "int8" else PackedLinear
         for block in self.layers:
             attn, mlp = block.self_attn, block.mlp
             for owner, name in (
@@ -195,7 +198,11 @@ class LlamaModel(nn.Module):
                 (mlp, "down_proj"),
             ):
                 linear = getattr(owner, name)
-                setattr(owner, name, pack(linear.weight, linear.bias))
+                if quantization == "int8":
+                    packed: nn.Module = Int8Linear(linear.weight, linear.bias)
+                else:
+                    packed = PackedLinear(linear.weight, linear.bias, float32_copy)
+                setattr(owner, name, packed)
         head = self.lm_head.weight if float32_head is None else float32_head.float()
         self._head = PackedLinear(head.detach().to(self.device), None)
 

