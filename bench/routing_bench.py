@@ -49,9 +49,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--num-requests", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument(
-        "--kv-cache-mb", type=int, default=96, help="per worker; small enough to feel pressure"
+        "--kv-cache-mb",
+        type=int,
+        default=52,
+        help="per worker: room for 4-5 of the 8 tenant prompts plus the running requests",
     )
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
     args = parser.parse_args()

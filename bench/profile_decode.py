@@ -1,0 +1,82 @@
+"""Where a decode step's time goes: forward vs sampling/bookkeeping, and the forward's ops."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from bench.workloads import w1
+from worker.engine import InferenceEngine
+from worker.sampling_params import SamplingParams
+
+
+def profile_decode(batch: int, steps: int, options: dict[str, Any]) -> str:
+    """Run `batch` W1 requests; time and profile `steps` decode forwards on the engine thread."""
+    with InferenceEngine(**options) as engine:
+        scheduler, runner = engine.scheduler, engine.scheduler.runner
+        timings: dict[str, float] = defaultdict(float)
+        op_times: dict[str, float] = defaultdict(float)
+        counted = {"decode": 0}
+        forward, sample = runner.forward, scheduler._sample
+
+        def timed_forward(chunks: Any) -> torch.Tensor:
+            is_decode = all(len(c.token_ids) == 1 for c in chunks) and len(chunks) == batch
+            if not is_decode or counted["decode"] >= steps:
+                return forward(chunks)
+            counted["decode"] += 1
+            start = time.perf_counter()
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                logits = forward(chunks)
+            timings["forward"] += time.perf_counter() - start
+            for event in prof.key_averages():
+                op_times[event.key] += event.self_cpu_time_total / 1e3  # ms
+            return logits
+
+        def timed_sample(seqs: Any, logits: torch.Tensor) -> None:
+            start = time.perf_counter()
+            sample(seqs, logits)
+            if len(seqs) == batch and 0 < counted["decode"] <= steps:
+                timings["sample+postprocess"] += time.perf_counter() - start
+
+        runner.forward, scheduler._sample = timed_forward, timed_sample
+        done = threading.Semaphore(0)
+        params = SamplingParams(temperature=0, max_tokens=steps + 8, ignore_eos=True)
+        for conversation in w1().conversations[:batch]:
+            engine.submit(
+                conversation, params, lambda e: done.release() if e.finish_reason else None
+            )
+        for _ in range(batch):
+            done.acquire(timeout=600)
+    profiled = sum(op_times.values())
+    sampling_ms = timings["sample+postprocess"] / steps * 1e3
+    lines = [
+        f"decode step at batch {batch}, {steps} steps, options {options or 'default'}:",
+        f"  forward {timings['forward'] / steps * 1e3:.1f} ms/step "
+        f"(profiled, with profiler overhead), "
+        f"sampling + stop checks + detokenization {sampling_ms:.2f} ms/step",
+        "",
+        "| op | ms per step | share of forward |",
+        "|---|---|---|",
+    ]
+    for name, ms in sorted(op_times.items(), key=lambda kv: -kv[1])[:12]:
+        lines.append(f"| `{name}` | {ms / steps:.2f} | {ms / profiled:.0%} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--dtype", default="auto")
+    args = parser.parse_args()
+    print(profile_decode(args.batch, args.steps, {"dtype": args.dtype}))
+
+
+if __name__ == "__main__":
+    main()
