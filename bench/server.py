@@ -74,14 +74,7 @@ class Server:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM the server and wait; then make sure nothing of its group is left."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.kill_group()
+        terminate(self.process, timeout_s)
         self.log.close()
 
     def group_alive(self) -> bool:
@@ -90,10 +83,6 @@ class Server:
         except ProcessLookupError:
             return False
         return True
-
-    def kill_group(self) -> None:
-        if self.group_alive():
-            os.killpg(self.process.pid, signal.SIGKILL)
 
 
 def wait_until(predicate, timeout_s: float, interval_s: float = 0.1) -> bool:
@@ -121,14 +110,20 @@ class WorkerProcess:
         self.process.send_signal(sig)
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)  # a stopped process cannot handle SIGTERM
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        terminate(self.process, timeout_s)
         self.log.close()
+
+
+def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM (after SIGCONT: a stopped process cannot act on it), wait, then SIGKILL the
+    process and anything left in its process group."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGCONT)
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)

@@ -3,98 +3,36 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
 
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from common.schemas import Abort, Accepted, Finished, Message, Rejected, Submit, Tokens
 from gateway.admission import AdmissionControl
+from gateway.body import read_json, wait_disconnect
 from gateway.config import GatewayConfig
 from gateway.errors import ErrorKind, GatewayError
+from gateway.messages import Started, finish_error, logprobs_of, rejection_error
 from gateway.protocols.base import (
     ChatRequest,
     ChatResult,
     ChoiceResult,
     ResponseBuilder,
     StreamState,
-    TokenLogprob,
 )
 from gateway.registry import WorkerRegistry, WorkerState
 from gateway.router import RoutingPolicy
 from gateway.stats import GatewayMetrics
+from gateway.streaming import ActiveStream, ClosingStreamingResponse
 from gateway.workers import RequestChannel, WorkerHub, WorkerLost
 
 log = logging.getLogger(__name__)
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-@dataclass
-class Started:
-    """A request some worker accepted."""
-
-    channel: RequestChannel
-    worker: WorkerState
-    accepted: Accepted
-
-
-def _logprobs(message: Tokens) -> list[TokenLogprob]:
-    if not message.logprobs:
-        return []
-    return [
-        TokenLogprob(token=entry[1], logprob=entry[2], top=tuple((t[1], t[2]) for t in entry[3]))
-        for entry in message.logprobs
-    ]
-
-
-def _rejection(message: Rejected) -> GatewayError:
-    if message.code in ("invalid_request", "context_length_exceeded"):
-        code = message.code if message.code == "context_length_exceeded" else None
-        return GatewayError.invalid(message.message, message.param, code)
-    if message.code == "overloaded":
-        return GatewayError(ErrorKind.UNAVAILABLE, message.message)
-    return GatewayError(ErrorKind.INTERNAL, message.message)
-
-
-def _finish_error(message: Finished) -> GatewayError | None:
-    if message.finish_reason == "error":
-        return GatewayError(ErrorKind.INTERNAL, f"generation failed: {message.error}")
-    if message.finish_reason == "abort":
-        return GatewayError(ErrorKind.UNAVAILABLE, "the request was aborted by its worker")
-    return None
-
-
-async def read_json(request: Request, max_bytes: int) -> Any:
-    """The request body as JSON, refusing oversized, non-UTF-8 and malformed bodies."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise GatewayError(ErrorKind.PAYLOAD_TOO_LARGE, f"request body exceeds {max_bytes} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise GatewayError(
-                ErrorKind.PAYLOAD_TOO_LARGE, f"request body exceeds {max_bytes} bytes"
-            )
-        chunks.append(chunk)
-    raw = b"".join(chunks)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise GatewayError.invalid("request body is not valid UTF-8") from None
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:  # also absurd numbers and deep nesting
-        raise GatewayError.invalid(f"request body is not valid JSON: {exc}") from None
 
 
 class ProtocolHandler:
@@ -155,7 +93,16 @@ class ProtocolHandler:
                 prompt_tokens=started.accepted.prompt_tokens,
             )
             if chat.stream:
-                stream = ActiveStream(self, state, started, started_at)
+                stream = ActiveStream(
+                    self.builder,
+                    self.hub,
+                    self.admission,
+                    self.metrics,
+                    state,
+                    started,
+                    started_at,
+                    self._abort_soon,
+                )
                 handed_to_stream = True
                 return ClosingStreamingResponse(
                     stream.events(),
@@ -215,7 +162,7 @@ class ProtocolHandler:
                 return Started(channel, worker, reply)
             self.hub.close(channel)
             if isinstance(reply, Rejected) and reply.code != "draining":
-                raise _rejection(reply)
+                raise rejection_error(reply)
         raise GatewayError(ErrorKind.UNAVAILABLE, f"no worker of model {model!r} could take it")
 
     async def _first_reply(
@@ -244,7 +191,7 @@ class ProtocolHandler:
         self, request: Request, state: StreamState, started: Started, started_at: float
     ) -> Response:
         collect = asyncio.ensure_future(self._collect(state, started))
-        disconnect = asyncio.ensure_future(_wait_disconnect(request))
+        disconnect = asyncio.ensure_future(wait_disconnect(request))
         try:
             done, _ = await asyncio.wait({collect, disconnect}, return_when=asyncio.FIRST_COMPLETED)
             if collect not in done:  # the client left: free the worker's pages now
@@ -287,9 +234,9 @@ class ProtocolHandler:
                 ttft = ttft if ttft is not None else time.monotonic() - begun
                 choice = choices[message.index]
                 choice.text += message.text
-                choice.logprobs.extend(_logprobs(message))
+                choice.logprobs.extend(logprobs_of(message))
             elif isinstance(message, Finished) and 0 <= message.index < n:
-                error = _finish_error(message)
+                error = finish_error(message)
                 if error is not None:
                     raise error
                 choice = choices[message.index]
@@ -299,105 +246,3 @@ class ProtocolHandler:
                 result.cached_tokens = message.cached_tokens
                 remaining -= 1
         return result, ttft
-
-
-class ClosingStreamingResponse(StreamingResponse):
-    """A StreamingResponse that always runs `on_close` when it ends, however it ends.
-
-    The body generator's own `finally` does not run if it never started (a client gone
-    before the first byte); this does, so worker pages and admission slots never leak.
-    """
-
-    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None], **kwargs: Any):
-        super().__init__(content, **kwargs)
-        self._on_close = on_close
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._on_close()
-
-
-class ActiveStream:
-    """One SSE response in progress: turns worker messages into the builder's events."""
-
-    def __init__(
-        self, handler: ProtocolHandler, state: StreamState, started: Started, started_at: float
-    ) -> None:
-        self.handler = handler
-        self.state = state
-        self.started = started
-        self.started_at = started_at
-        self.ttft: float | None = None
-        self.ended = False
-        self.status = 200
-        self._closed = False
-
-    async def events(self) -> AsyncIterator[str]:
-        builder, state = self.handler.builder, self.state
-        n = state.request.n
-        yield "".join(builder.stream_start(state))
-        remaining = n
-        while remaining:
-            message = await self.started.channel.get()
-            if isinstance(message, WorkerLost):
-                error = GatewayError(ErrorKind.UNAVAILABLE, f"worker lost: {message.reason}")
-                yield self._fail(error, 503)
-                return
-            if isinstance(message, Tokens) and 0 <= message.index < n:
-                if self.ttft is None:
-                    self.ttft = time.monotonic() - self.started_at
-                state.completion_tokens += len(message.token_ids)
-                pieces = builder.stream_tokens(
-                    state, message.index, message.text, _logprobs(message)
-                )
-                if pieces:
-                    yield "".join(pieces)
-            elif isinstance(message, Finished) and 0 <= message.index < n:
-                error = _finish_error(message)
-                if error is not None:
-                    yield self._fail(error, 500)
-                    return
-                state.cached_tokens = message.cached_tokens
-                choice = ChoiceResult(
-                    index=message.index,
-                    finish_reason=message.finish_reason,
-                    stop=message.stop,
-                    completion_tokens=message.completion_tokens,
-                )
-                yield "".join(builder.stream_choice_end(state, choice))
-                remaining -= 1
-        yield "".join(builder.stream_end(state))
-        self.ended = True
-
-    def _fail(self, error: GatewayError, status: int) -> str:
-        self.ended = True
-        self.status = status
-        return "".join(self.handler.builder.stream_error(self.state, error))
-
-    def close(self) -> None:
-        """Runs once when the response ends: abort an unfinished request, free its slot."""
-        if self._closed:
-            return
-        self._closed = True
-        handler = self.handler
-        if not self.ended:  # the client went away mid-stream
-            self.status = 499
-            handler._abort_soon(self.started)
-        handler.hub.close(self.started.channel)
-        handler.admission.release()
-        latency = time.monotonic() - self.started_at
-        handler.metrics.observe(
-            handler.builder.name, self.status, latency, self.ttft, self.state.completion_tokens
-        )
-
-
-async def _wait_disconnect(request: Request) -> None:
-    """Returns when the client closes its connection (the body has been read already)."""
-    with contextlib.suppress(Exception):
-        while True:
-            message = await request.receive()
-            if message["type"] == "http.disconnect":
-                return
-    await asyncio.Event().wait()  # receive() failed: never report a disconnect we did not see

@@ -5,184 +5,37 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from torch import Tensor
 
+from worker.penalties import PenaltyRows, apply_penalties
 from worker.sampling_params import SamplingParams
+from worker.sampling_rows import TOP_P_CANDIDATES, RowInput, SamplingRow, SamplingRows
+
+__all__ = [
+    "TOP_P_CANDIDATES",
+    "BaseSamplingStrategy",
+    "MinPStrategy",
+    "PenaltyRows",
+    "RowInput",
+    "SampleOutput",
+    "SamplingPipeline",
+    "SamplingRow",
+    "SamplingRows",
+    "TemperatureStrategy",
+    "TopKStrategy",
+    "TopPStrategy",
+    "apply_penalties",
+    "inverse_cdf",
+    "sample",
+    "sample_batch",
+]
 
 _NEG_INF = float("-inf")
-# Top-p looks for its cut-off among this many best tokens first and sorts a whole row only when
-# that row's nucleus is wider; the cut-off is the same either way (see TopPStrategy).
-TOP_P_CANDIDATES = 256
 # Sampled rows divide by at least this: a tinier temperature would overflow logits to inf (and
 # softmax to NaN) while the distribution is already one-hot at 1e-5.
 MIN_TEMPERATURE = 1e-5
-
-
-class RowInput(Protocol):
-    """What the sampler reads from one running sequence."""
-
-    @property
-    def params(self) -> SamplingParams: ...
-
-    @property
-    def generator(self) -> torch.Generator | None: ...
-
-    @property
-    def prompt_token_ids(self) -> Sequence[int]: ...
-
-    @property
-    def output_token_ids(self) -> Sequence[int]: ...
-
-
-@dataclass(frozen=True)
-class SamplingRow:
-    """A plain RowInput for callers without a sequence object of their own."""
-
-    params: SamplingParams
-    generator: torch.Generator | None = None
-    prompt_token_ids: Sequence[int] = ()
-    output_token_ids: Sequence[int] = ()
-
-
-@dataclass(frozen=True)
-class PenaltyRows:
-    """Every token a penalty looks at, as flat (row, token) pairs carrying their row's penalty,
-    so applying penalties costs O(tokens) instead of O(rows x vocab)."""
-
-    seen_rows: Tensor  # (M,) int64: batch row of each prompt/output token under repetition
-    seen_ids: Tensor  # (M,) int64
-    seen_repetition: Tensor  # (M,) float32: that row's repetition penalty
-    output_rows: Tensor  # (N,) int64: batch row of each output token under presence/frequency
-    output_ids: Tensor  # (N,) int64
-    output_presence: Tensor  # (N,) float32: that row's presence penalty
-    output_frequency: Tensor  # (N,) float32: that row's frequency penalty
-
-    @classmethod
-    def build(cls, rows: Sequence[RowInput], device: torch.device | str) -> PenaltyRows | None:
-        seen: list[tuple[int, list[Sequence[int]]]] = []
-        counted: list[tuple[int, list[Sequence[int]]]] = []
-        for i, row in enumerate(rows):
-            if row.params.repetition_penalty != 1:
-                seen.append((i, [row.prompt_token_ids, row.output_token_ids]))
-            if row.params.presence_penalty != 0 or row.params.frequency_penalty != 0:
-                counted.append((i, [row.output_token_ids]))
-        if not seen and not counted:
-            return None
-        per_row = torch.tensor(
-            [
-                [r.params.repetition_penalty, r.params.presence_penalty, r.params.frequency_penalty]
-                for r in rows
-            ],
-            dtype=torch.float32,
-        )  # (B, 3)
-        seen_rows, seen_ids = _flatten(seen)
-        output_rows, output_ids = _flatten(counted)
-        return cls(
-            seen_rows=seen_rows.to(device),
-            seen_ids=seen_ids.to(device),
-            seen_repetition=per_row[seen_rows, 0].to(device),
-            output_rows=output_rows.to(device),
-            output_ids=output_ids.to(device),
-            output_presence=per_row[output_rows, 1].to(device),
-            output_frequency=per_row[output_rows, 2].to(device),
-        )
-
-
-def _flatten(lists: list[tuple[int, list[Sequence[int]]]]) -> tuple[Tensor, Tensor]:
-    """(row, token) pairs of every token in every part, as two flat int64 CPU tensors."""
-    chunks = [torch.as_tensor(tokens, dtype=torch.long) for _, parts in lists for tokens in parts]
-    if not chunks:
-        return torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long)
-    lengths = torch.tensor([len(chunk) for chunk in chunks])
-    owners = torch.tensor([i for i, parts in lists for _ in parts])
-    return torch.repeat_interleave(owners, lengths), torch.cat(chunks).cpu()
-
-
-@dataclass(frozen=True)
-class SamplingRows:
-    """One step's per-row settings as tensors, built once, plus flags that let work be skipped.
-
-    Greedy rows (temperature 0) have their filters switched off here, so the strategies leave
-    them alone and they stay argmax-able; their generators are never drawn from. A sampled row
-    whose generator is None draws from torch's default generator.
-    """
-
-    num_rows: int
-    temperature: Tensor  # (B,) float32, 0 = greedy
-    top_k: Tensor  # (B,) int64, 0 = off
-    top_p: Tensor  # (B,) float32, 1 = off
-    min_p: Tensor  # (B,) float32, 0 = off
-    sampled_index: Tensor  # (S,) int64: rows drawn at random, ascending
-    top_k_index: Tensor  # (R,) int64: rows with top_k > 0
-    top_p_index: Tensor  # (R,) int64: rows with top_p < 1
-    logprob_index: Tensor  # (L,) int64: rows that asked for logprobs
-    sampled_generators: tuple[torch.Generator | None, ...]  # one per sampled row
-    logprob_rows: tuple[int, ...]  # same rows as logprob_index, on the host
-    top_logprobs: tuple[int, ...]  # (B,) how many alternatives each row wants, 0 = none
-    penalties: PenaltyRows | None
-    max_top_k: int
-    top_p_candidates: int  # how many best tokens top-p examines before sorting a row whole
-    max_top_logprobs: int
-    all_greedy: bool
-    any_greedy: bool
-    any_temperature: bool  # some sampled row has temperature != 1
-    any_top_k: bool
-    any_top_p: bool
-    any_min_p: bool
-    any_penalties: bool
-    any_logprobs: bool
-
-    @classmethod
-    def build(cls, rows: Sequence[RowInput], device: torch.device | str = "cpu") -> SamplingRows:
-        params = [row.params for row in rows]
-        sampled = [i for i, p in enumerate(params) if not p.is_greedy]
-        top_k = [0 if p.is_greedy else p.top_k for p in params]
-        top_p = [1.0 if p.is_greedy else p.top_p for p in params]
-        min_p = [0.0 if p.is_greedy else p.min_p for p in params]
-        floats = torch.tensor(
-            [[p.temperature for p in params], top_p, min_p], dtype=torch.float32
-        ).to(device)  # (3, B)
-        top_p_ks = [top_k[i] for i in sampled if top_p[i] < 1]
-        if top_p_ks and min(top_p_ks) > 0:
-            top_p_candidates = max(top_p_ks)  # each nucleus lies inside its row's top k
-        else:
-            top_p_candidates = max([TOP_P_CANDIDATES, *top_p_ks])
-        logprob_rows = tuple(i for i, p in enumerate(params) if p.logprobs)
-        top_logprobs = tuple(p.top_logprobs if p.logprobs else 0 for p in params)
-        penalties = PenaltyRows.build(rows, device)
-        return cls(
-            num_rows=len(params),
-            temperature=floats[0],
-            top_k=torch.tensor(top_k, dtype=torch.long, device=device),
-            top_p=floats[1],
-            min_p=floats[2],
-            sampled_index=torch.tensor(sampled, dtype=torch.long, device=device),
-            top_k_index=_index([k > 0 for k in top_k], device),
-            top_p_index=_index([p < 1 for p in top_p], device),
-            logprob_index=torch.tensor(logprob_rows, dtype=torch.long, device=device),
-            sampled_generators=tuple(rows[i].generator for i in sampled),
-            logprob_rows=logprob_rows,
-            top_logprobs=top_logprobs,
-            penalties=penalties,
-            max_top_k=max(top_k, default=0),
-            top_p_candidates=top_p_candidates,
-            max_top_logprobs=max(top_logprobs, default=0),
-            all_greedy=not sampled,
-            any_greedy=len(sampled) < len(params),
-            any_temperature=any(params[i].temperature != 1 for i in sampled),
-            any_top_k=any(k > 0 for k in top_k),
-            any_top_p=bool(top_p_ks),
-            any_min_p=any(p > 0 for p in min_p),
-            any_penalties=penalties is not None,
-            any_logprobs=bool(logprob_rows),
-        )
-
-
-def _index(flags: list[bool], device: torch.device | str) -> Tensor:
-    return torch.tensor([i for i, f in enumerate(flags) if f], dtype=torch.long, device=device)
 
 
 def _take(logits: Tensor, index: Tensor) -> Tensor:
@@ -329,30 +182,6 @@ def inverse_cdf(probs: Tensor, uniforms: Tensor) -> Tensor:
         last = vocab - 1 - (probs.flip(-1) > 0).to(torch.uint8).argmax(dim=-1)
         ids = torch.where(overflow, last, ids)
     return ids
-
-
-def apply_penalties(logits: Tensor, penalties: PenaltyRows) -> Tensor:
-    """A copy of logits (B, V) with penalties applied; the input is never written.
-
-    HF repetition penalty over prompt + output first (a seen token's positive logit is divided
-    by r, a negative one multiplied), then OpenAI's over output tokens only:
-    logit -= presence * (count > 0) + frequency * count.
-    """
-    out = torch.clone(logits, memory_format=torch.contiguous_format)
-    flat = out.view(-1)  # (B * V,)
-    vocab = logits.shape[-1]
-    if penalties.seen_ids.numel() > 0:
-        # A token seen twice is written twice with the same value, computed from the original.
-        seen = penalties.seen_rows * vocab + penalties.seen_ids  # (M,)
-        values, r = flat[seen], penalties.seen_repetition
-        flat[seen] = torch.where(values > 0, values / r, values * r)
-    if penalties.output_ids.numel() > 0:
-        counted = penalties.output_rows * vocab + penalties.output_ids  # (N,)
-        _, inverse, counts = torch.unique(counted, return_inverse=True, return_counts=True)
-        count = counts[inverse].to(out.dtype)  # (N,) occurrences of each pair's token, all > 0
-        penalty = penalties.output_presence + penalties.output_frequency * count
-        flat[counted] = flat[counted] - penalty
-    return out
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.accuracy import sequence_logits as full_sequence_logits
 from worker.engine import InferenceEngine
-from worker.model.batch import ForwardBatch
 from worker.model.loader import load_model
 from worker.sampling_params import SamplingParams
 from worker.sequence import TokenEvent
@@ -114,18 +114,6 @@ def test_int8_option_keeps_most_top_choices(engine: InferenceEngine):
         int8, ids
     ).argmax(-1)
     assert agree.float().mean().item() >= 0.85
-
-
-def full_sequence_logits(model, ids: list[int]) -> torch.Tensor:
-    config = model.config
-    n = len(ids)
-    k = torch.zeros(config.num_layers, n, config.num_kv_heads, config.head_dim, dtype=model.dtype)
-    v = torch.zeros_like(k)
-    pos = torch.arange(n)
-    mask = (pos[None, :] <= pos[:, None]).repeat_interleave(config.kv_group_size, dim=0)
-    batch = ForwardBatch(pos, pos, pos[None], mask[None, None], pos, pos, n)
-    with torch.inference_mode():
-        return model(torch.tensor(ids), batch, [(k[i], v[i]) for i in range(config.num_layers)])
 
 
 def test_generate_shapes(engine: InferenceEngine):
