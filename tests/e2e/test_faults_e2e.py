@@ -82,6 +82,17 @@ def chat(url: str, prompt: str, max_tokens: int = 8, timeout: float = 60) -> htt
     )
 
 
+def long_stream(url: str, prompt: str, max_tokens: int):
+    """An open SSE response that will run for `max_tokens` tokens (EOS ignored)."""
+    body = {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    return httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60)
+
+
 def stream_outcome(url: str, prompt: str, started: threading.Barrier | None = None) -> str:
     """ "done" for a stream that finished, "error" for one that ended with an error event."""
     body = {
@@ -209,15 +220,7 @@ def test_sigterm_on_the_gateway_drains_in_flight_streams(tiny_model_dir: Path):
     cluster = Cluster(tiny_model_dir, 1, "--drain-timeout", "20")
     try:
         cluster.gateway.wait_ready(workers=1)
-        body = {
-            "messages": [{"role": "user", "content": "long"}],
-            "max_tokens": 400,
-            "ignore_eos": True,
-            "stream": True,
-        }
-        with httpx.stream(
-            "POST", f"{cluster.url}/v1/chat/completions", json=body, timeout=60
-        ) as response:
+        with long_stream(cluster.url, "long", 400) as response:
             lines = response.iter_lines()
             next(lines)
             cluster.gateway.process.send_signal(signal.SIGTERM)
@@ -237,15 +240,7 @@ def test_sigterm_on_a_worker_drains_it(tiny_model_dir: Path):
     try:
         cluster.gateway.wait_ready(workers=1)
         worker = cluster.workers[0]
-        body = {
-            "messages": [{"role": "user", "content": "finish me"}],
-            "max_tokens": 900,
-            "ignore_eos": True,
-            "stream": True,
-        }
-        with httpx.stream(
-            "POST", f"{cluster.url}/v1/chat/completions", json=body, timeout=60
-        ) as response:
+        with long_stream(cluster.url, "finish me", 900) as response:
             lines = response.iter_lines()
             next(lines)
             worker.signal(signal.SIGTERM)
