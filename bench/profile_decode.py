@@ -74,8 +74,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--quantization", default=None)
     args = parser.parse_args()
-    print(profile_decode(args.batch, args.steps, {"dtype": args.dtype}))
+    options = {"dtype": args.dtype, "quantization": args.quantization}
+    print(profile_decode(args.batch, args.steps, options))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from common.wire import DEFAULT_WORKER_BIND
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+QUANTIZATIONS = ("int8", "int4")  # worker.model.packing has the same; cli must not import torch
 
 
 def _gateway_args(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +43,11 @@ def _engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefill-token-budget", type=int, default=512)
     parser.add_argument("--no-prefix-caching", action="store_true")
     parser.add_argument(
-        "--quantization", default=None, choices=("int8",), help="W8A8 linears: faster, less exact"
+        "--quantization",
+        default=None,
+        choices=QUANTIZATIONS,
+        help="int8: W8A8 linears (fast batches, less exact); int4: 4-bit weights (fast single "
+        "streams on the CPU)",
     )
 
 

@@ -18,7 +18,7 @@ from worker.kv.base import KVCache, KVStorage
 from worker.kv.contiguous import ContiguousCache
 from worker.kv.paged import PageCache
 from worker.model.loader import load_config, load_model, resolve_dtype, resolve_model_dir
-from worker.model.quant import QUANTIZATIONS
+from worker.model.packing import QUANTIZATIONS
 from worker.postprocess import OutputProcessor
 from worker.request import GenerationRequest, Prompt, RequestFactory
 from worker.runner import ModelRunner
@@ -44,7 +44,9 @@ class EngineOptions:
     enable_prefix_caching: bool = True
     num_threads: int | None = None
     served_model_name: str | None = None  # the name clients ask for; default: from the path
-    quantization: str | None = None  # "int8": W8A8 linear layers, faster and less exact
+    # "int8": W8A8 linear layers, faster at large batches and less exact; "int4": 4-bit
+    # weights for few-row steps (CPU only), float32 for batches.
+    quantization: str | None = None
 
     def __post_init__(self) -> None:
         if self.kv_cache not in KV_CACHE_KINDS:
@@ -58,6 +60,8 @@ class EngineOptions:
             raise ValueError(
                 f"quantization must be None or one of {QUANTIZATIONS}, got {self.quantization!r}"
             )
+        if self.quantization == "int4" and self.device != "cpu":
+            raise ValueError("quantization int4 runs on the CPU only; use int8 or none on GPUs")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
 

@@ -57,3 +57,18 @@ def test_stats_show_the_prefix_cache_at_work(server: Server):
     assert wait_until(lambda: server.stats()["total_tasks"] >= 4, 5)
     [worker] = server.stats()["workers"]
     assert worker["model"] == MODEL and worker["prefix_cache_hit_tokens"] > 0
+
+
+def test_int4_worker_answers_a_real_question():
+    """`--quantization int4` serves the GGUF's own 4-bit codes through the whole stack."""
+    server = Server("serve", "--kv-cache-mb", "64", "--quantization", "int4")
+    try:
+        server.wait_ready()
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+        stream = client.chat.completions.create(
+            model=MODEL, messages=QUESTION, max_tokens=20, temperature=0, stream=True
+        )
+        assert "Paris" in "".join(c.choices[0].delta.content or "" for c in stream)
+    finally:
+        server.stop()
+        assert not server.group_alive()

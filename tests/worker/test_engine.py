@@ -116,6 +116,32 @@ def test_int8_option_keeps_most_top_choices(engine: InferenceEngine):
     assert agree.float().mean().item() >= 0.85
 
 
+def test_int4_option_matches_float32_like_bfloat16_does(engine: InferenceEngine):
+    """The default model is a Q4_1 GGUF: int4 re-packs its own codes; the kernel path
+    (float32_copy off, so the whole sequence goes through it) keeps bf16's agreement."""
+    ids = engine.tokenizer.encode(TEACHER_TEXT)
+    cpu = torch.device("cpu")
+    reference = full_sequence_logits(load_model(engine.model_dir, torch.float32, cpu), ids)
+    int4 = load_model(
+        engine.model_dir, torch.bfloat16, cpu, quantization="int4", float32_copy=False
+    )
+    agree = reference.argmax(-1) == full_sequence_logits(int4, ids).argmax(-1)
+    assert agree.float().mean().item() >= 0.97
+
+
+def test_int4_engine_serves_greedy_requests_reproducibly():
+    """One stream decodes through the int4 kernel, its 16+-row prefill through float32."""
+    with InferenceEngine(quantization="int4", kv_cache_mb=64) as int4:
+        text = int4.generate("Name three colours.", temperature=0, max_tokens=24)
+        assert isinstance(text, str) and len(text.split()) >= 3
+        assert int4.generate("Name three colours.", temperature=0, max_tokens=24) == text
+
+
+def test_int4_is_refused_off_the_cpu():
+    with pytest.raises(ValueError, match="CPU only"):
+        InferenceEngine(quantization="int4", device="cuda")
+
+
 def test_generate_shapes(engine: InferenceEngine):
     assert isinstance(engine.generate("Hi", temperature=0, max_tokens=4), str)
     both = engine.generate(["Hi", "Hello"], temperature=0, max_tokens=4)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -11,7 +11,7 @@ from torch import nn
 from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.config import ModelConfig
 from worker.model.linear import PackedLinear
-from worker.model.quant import QUANTIZATIONS, Int8Linear
+from worker.model.packing import LINEAR_PATHS, check_quantization, pack_linear
 from worker.model.rope import apply_rope, rope_tables
 
 
@@ -179,29 +179,25 @@ class LlamaModel(nn.Module):
         float32_head: torch.Tensor | None = None,
         quantization: str | None = None,
         float32_copy: bool = False,
+        float32_weights: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
-        """Swap every linear layer for a PackedLinear (or an Int8Linear), once loaded.
+        """Swap every linear layer for its inference form (worker.model.packing), once loaded.
 
         With `float32_head` (the checkpoint's own output weights), a bf16/fp16 model still
         computes the final norm and logits in float32: rounding logits to 8 mantissa bits
         makes near-ties flip the top token. The output layer is never quantized.
         `float32_copy` lets bf16/fp16 CPU layers multiply batches in float32 (PackedLinear).
+        `float32_weights` (state-dict names → the checkpoint's float32 tensors) are what
+        quantization starts from, so int4 recovers a Q4_1 file's codes exactly.
         """
-        if quantization is not None and quantization not in QUANTIZATIONS:
-            raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {quantization!r}")
-        for block in self.layers:
-            attn, mlp = block.self_attn, block.mlp
-            for owner, name in (
-                (attn, "qkv_proj"),
-                (attn, "o_proj"),
-                (mlp, "gate_up_proj"),
-                (mlp, "down_proj"),
-            ):
-                linear = getattr(owner, name)
-                if quantization == "int8":
-                    packed: nn.Module = Int8Linear(linear.weight, linear.bias)
-                else:
-                    packed = PackedLinear(linear.weight, linear.bias, float32_copy)
+        check_quantization(quantization)
+        source = float32_weights or {}
+        for i, block in enumerate(self.layers):
+            for path in LINEAR_PATHS:
+                owner_path, name = path.rsplit(".", 1)
+                owner = block.get_submodule(owner_path)
+                exact = (source.get(f"layers.{i}.{path}.{kind}") for kind in ("weight", "bias"))
+                packed = pack_linear(getattr(owner, name), quantization, float32_copy, *exact)
                 setattr(owner, name, packed)
         head = self.lm_head.weight if float32_head is None else float32_head.float()
         self._head = PackedLinear(head.detach().to(self.device), None)

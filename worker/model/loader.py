@@ -133,7 +133,7 @@ def load_model(
     """Build the decoder and fill it from every *.safetensors file in the folder.
 
     `pack` lays the linear weights out for the fastest kernels (inference only), or
-    quantizes them (`quantization="int8"`); with `float32_head`, a bf16/fp16 model still
+    quantizes them (`quantization="int8"` or `"int4"`); with `float32_head`, a bf16/fp16 model still
     computes its logits in float32. `float32_copy` (None: automatic, for bf16/fp16 models on
     the CPU whose float32 copy stays under FLOAT32_COPY_MAX_BYTES) keeps float32 weights too,
     for batched matmuls.
@@ -146,7 +146,7 @@ def load_model(
     # The rope tables are computed, not stored, and stay float32: rebuild them on the device.
     model.rope_cos, model.rope_sin = (t.to(device) for t in rope_tables(config))
     state = _read_safetensors(model_dir)
-    _fill(model, config, state)
+    ours = _fill(model, config, state)
     if pack:
         head = None
         if float32_head and dtype != torch.float32:
@@ -159,10 +159,11 @@ def load_model(
             )
             float32_copy = (
                 device.type == "cpu"
-                and dtype != torch.float32
+                and (dtype != torch.float32 or quantization == "int4")
                 and 4 * linear_params <= FLOAT32_COPY_MAX_BYTES
             )
-        model.pack_for_inference(head, quantization, float32_copy)
+        exact = ours if quantization is not None else None
+        model.pack_for_inference(head, quantization, float32_copy, exact)
     return model.eval()
 
 
@@ -212,8 +213,13 @@ def _to_our_names(config: ModelConfig, hf: dict[str, torch.Tensor]) -> dict[str,
     return ours
 
 
-def _fill(model: LlamaModel, config: ModelConfig, hf: dict[str, torch.Tensor]) -> None:
-    """Copy the weights in, casting to the model's dtype; any missing or extra name is an error."""
+def _fill(
+    model: LlamaModel, config: ModelConfig, hf: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """Copy the weights in, casting to the model's dtype; any missing or extra name is an error.
+
+    Returns the checkpoint's tensors under our names, before the cast.
+    """
     ours = _to_our_names(config, hf)
     ours.pop("rotary_emb.inv_freq", None)
     for i in range(config.num_layers):
@@ -225,3 +231,4 @@ def _fill(model: LlamaModel, config: ModelConfig, hf: dict[str, torch.Tensor]) -
             raise KeyError(f"weights are missing tensor {hf_name!r}")
     with torch.no_grad():
         model.load_state_dict(ours, strict=True)
+    return ours

@@ -5,8 +5,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-QUANTIZATIONS = ("int8",)
-
 
 class Int8Linear(nn.Module):
     """W8A8: x is quantized per row to int8 on the fly, multiplied by int8 weights in int32.
