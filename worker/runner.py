@@ -82,5 +82,6 @@ class ModelRunner:
             query_index=None if query_index is None else query_index.to(device),
             logits_index=logits_index.to(device),
             max_query_len=query_len,
+            seq_lengths=None if query_len == 1 else tuple(zip(lengths, ends, strict=True)),
         )
         return input_ids.to(device), batch

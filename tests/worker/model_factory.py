@@ -172,8 +172,13 @@ def prefill_batch(
     max_len: int = MAX_LEN,
     window: int | None = None,
     logits_index: list[int] | None = None,
+    per_sequence: bool = True,
 ) -> tuple[torch.Tensor, ForwardBatch]:
-    """(input_ids, batch) packing `chunks` into one forward; logits of every row by default."""
+    """(input_ids, batch) packing `chunks` into one forward; logits of every row by default.
+
+    `per_sequence` fills seq_lengths as the runner does (attention sequence by sequence);
+    without it attention runs over the padded (B, Q, T) batch.
+    """
     g = config.kv_group_size
     qlen = max(len(c.tokens) for c in chunks)
     tlen = max(c.context_len for c in chunks)
@@ -201,6 +206,9 @@ def prefill_batch(
         query_index=torch.cat(query_index),
         logits_index=torch.tensor(list(rows), dtype=torch.int64),
         max_query_len=qlen,
+        seq_lengths=(
+            tuple((len(c.tokens), c.context_len) for c in chunks) if per_sequence else None
+        ),
     )
     input_ids = torch.tensor([t for c in chunks for t in c.tokens], dtype=torch.int64)
     return input_ids, batch

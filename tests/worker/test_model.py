@@ -42,11 +42,13 @@ def test_prefill_one_sequence_matches_transformers(arch, tmp_path):
     assert max_diff(logits, reference_logits(hf, tokens)) < TOL
 
 
+@pytest.mark.parametrize("per_sequence", [True, False], ids=["per-sequence", "padded"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_packed_prefill_of_three_sequences_matches_transformers(arch, tmp_path):
+def test_packed_prefill_of_three_sequences_matches_transformers(arch, per_sequence, tmp_path):
     hf, ours = model_pair(arch, tmp_path)
     seqs = [random_tokens(n, seed=10 + n) for n in (5, 12, 8)]
-    input_ids, batch = prefill_batch(ours.config, [Chunk(s, t) for s, t in enumerate(seqs)])
+    chunks = [Chunk(s, t) for s, t in enumerate(seqs)]
+    input_ids, batch = prefill_batch(ours.config, chunks, per_sequence=per_sequence)
     cache = new_cache(ours.config, 3)
 
     logits = run(ours, cache, input_ids, batch)
@@ -70,8 +72,9 @@ def test_packed_prefill_of_three_sequences_matches_transformers(arch, tmp_path):
         assert not cache.v[:, rest].any()
 
 
+@pytest.mark.parametrize("per_sequence", [True, False], ids=["per-sequence", "padded"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_chunked_prefill_attends_to_rows_of_the_first_chunk(arch, tmp_path):
+def test_chunked_prefill_attends_to_rows_of_the_first_chunk(arch, per_sequence, tmp_path):
     hf, ours = model_pair(arch, tmp_path)
     long_seq = random_tokens(13, seed=2)
     fresh = random_tokens(9, seed=3)
@@ -80,7 +83,7 @@ def test_chunked_prefill_attends_to_rows_of_the_first_chunk(arch, tmp_path):
     first = run(ours, cache, *prefill_batch(ours.config, [Chunk(0, long_seq[:6])]))
     # The rest of sequence 0 rides in the same forward as a fresh prefill of sequence 1.
     chunks = [Chunk(0, long_seq[6:], start=6), Chunk(1, fresh)]
-    second = run(ours, cache, *prefill_batch(ours.config, chunks))
+    second = run(ours, cache, *prefill_batch(ours.config, chunks, per_sequence=per_sequence))
 
     reference = reference_logits(hf, long_seq)
     assert max_diff(first, reference[:6]) < TOL

@@ -32,6 +32,9 @@ class ForwardBatch:
     query_index: torch.Tensor | None  # (N,) packed → (B*Q) padded row; None when all Q == 1
     logits_index: torch.Tensor  # (S,) packed rows whose next-token logits are wanted
     max_query_len: int  # Q
+    # Per sequence (query tokens, context length incl. them), when any query has > 1 token:
+    # attention then runs sequence by sequence instead of over the (B, Q, T) padding.
+    seq_lengths: tuple[tuple[int, int], ...] | None = None
 
     @property
     def num_tokens(self) -> int:
