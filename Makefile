@@ -33,6 +33,7 @@ format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# LLAMA_CPP_PYTHON=/path/to/python (with llama-cpp-python[server]) adds llama.cpp's server.
 bench: install
 	$(BIN)/python -m bench.engine_bench --out docs/bench
 	$(BIN)/python -m bench.routing_bench --out docs/bench

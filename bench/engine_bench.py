@@ -24,10 +24,10 @@ from bench.measure import (
     run_transformers,
     worker_memory,
 )
-from bench.server import Server
+from bench.server import LlamaCppServer, Server
 from bench.workloads import w1, w2
 from worker.engine import InferenceEngine
-from worker.model.loader import resolve_model_dir
+from worker.model.loader import default_model_path, resolve_model_dir
 
 WORKLOADS = {"W1": w1, "W2": w2}
 
@@ -41,13 +41,25 @@ def engine_runs(
         return [run_engine(engine, WORKLOADS[name](), c, n, label) for name, c, n in runs]
 
 
-def http_runs(runs: list[tuple[str, int, int]]) -> tuple[list[RunResult], dict[str, Any]]:
-    server = Server("serve").wait_ready()
+def http_runs(
+    label: str, runs: list[tuple[str, int, int]], *serve_args: str
+) -> tuple[list[RunResult], dict[str, Any]]:
+    server = Server("serve", *serve_args).wait_ready()
     try:
         run_http(w1(), 8, 8, "warmup", server)
-        label = "astrai serve (HTTP) bfloat16"
         results = [run_http(WORKLOADS[name](), c, n, label, server) for name, c, n in runs]
         return results, worker_memory(server)
+    finally:
+        server.stop()
+
+
+def llama_cpp_runs(python: str, runs: list[tuple[str, int, int]]) -> list[RunResult]:
+    """llama.cpp's server on the very GGUF file astrai serves by default, same workloads."""
+    server = LlamaCppServer(python, default_model_path()).wait_ready()
+    try:
+        run_http(w1(), 1, 2, "warmup", server)
+        label = "llama.cpp (llama-cpp-python server) Q4_1"
+        return [run_http(WORKLOADS[name](), c, n, label, server) for name, c, n in runs]
     finally:
         server.stop()
 
@@ -63,6 +75,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
     parser.add_argument("--quick", action="store_true", help="fewer requests, for a smoke run")
     parser.add_argument("--skip-transformers", action="store_true")
+    parser.add_argument(
+        "--llama-cpp-python",
+        default=os.environ.get("LLAMA_CPP_PYTHON"),
+        help="a Python with llama-cpp-python[server]: adds llama.cpp's server on the same GGUF",
+    )
     args = parser.parse_args()
     scale = 4 if args.quick else 1
     n_seq, n_all = 8 // scale, 64 // scale
@@ -86,6 +103,11 @@ def main() -> None:
             "bfloat16 (fp32 residual + head)": {"dtype": torch.bfloat16},
             "bfloat16, bf16 head": {"dtype": torch.bfloat16, "float32_head": False},
             "int8 W8A8 (fp32 rest)": {"dtype": torch.float32, "quantization": "int8"},
+            "int4 weights (bf16 rest), int4 kernel only": {
+                "dtype": torch.bfloat16,
+                "quantization": "int4",
+                "float32_copy": False,
+            },
         },
     )
     if not args.skip_transformers:
@@ -120,8 +142,24 @@ def main() -> None:
             [("W1", 1, n_seq), ("W1", 32, n_all)],
         )
     )
-    http, memory = isolated(http_runs, [("W1", 1, n_seq), ("W1", 8, n_all), ("W1", 32, n_all)])
+    record(
+        isolated(
+            engine_runs,
+            {"quantization": "int4"},
+            "astrai engine int4",
+            [("W1", 1, n_seq), ("W1", 8, n_all), ("W1", 32, n_all)],
+        )
+    )
+    w1_sweep = [("W1", 1, n_seq), ("W1", 8, n_all), ("W1", 32, n_all)]
+    http, memory = isolated(http_runs, "astrai serve (HTTP) bfloat16", w1_sweep)
     record(http)
+    http_int4, _ = isolated(
+        http_runs, "astrai serve (HTTP) int4", [("W1", 1, n_seq)], "--quantization", "int4"
+    )
+    record(http_int4)
+    if args.llama_cpp_python:
+        # Its server takes one request at a time (concurrent ones were dropped): c=1 only.
+        record(isolated(llama_cpp_runs, args.llama_cpp_python, [("W1", 1, n_seq)]))
 
     baseline = next((r for r in results if r.system.startswith("transformers static")), results[0])
     table = markdown(results, baseline)

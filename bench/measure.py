@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from bench.loadgen import LoadSpec, run_load
-from bench.server import Server
+from bench.server import LlamaCppServer, Server
 from bench.summary import summarize
 from bench.workloads import Workload
 from worker.engine import InferenceEngine
@@ -161,23 +161,30 @@ def run_transformers(
 def markdown(results: list[RunResult], baseline: RunResult) -> str:
     lines = [
         "| system | workload | concurrency | requests | output tok/s | vs baseline "
-        "| TTFT mean s | TTFT p95 s | cached prompt |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| tokens/request | TTFT mean s | TTFT p95 s | ITL p50 ms | cached prompt |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         cached = r.extra.get("cached_prompt_fraction")
+        itl = r.extra.get("itl_p50_s")
         lines.append(
             f"| {r.system} | {r.workload} | {r.concurrency} | {r.requests} | {r.tok_s:.1f} "
-            f"| {r.tok_s / baseline.tok_s:.2f}× | {r.ttft_mean_s:.3f} | {r.ttft_p95_s:.3f} "
+            f"| {r.tok_s / baseline.tok_s:.2f}× | {r.output_tokens / r.requests:.0f} "
+            f"| {r.ttft_mean_s:.3f} | {r.ttft_p95_s:.3f} "
+            f"| {'' if itl is None else f'{itl * 1e3:.1f}'} "
             f"| {'' if cached is None else f'{cached:.0%}'} |"
         )
     return "\n".join(lines)
 
 
 def run_http(
-    workload: Workload, concurrency: int, num_requests: int, label: str, server: Server
+    workload: Workload,
+    concurrency: int,
+    num_requests: int,
+    label: str,
+    server: Server | LlamaCppServer,
 ) -> RunResult:
-    """The same closed loop through the gateway: HTTP + SSE + ZeroMQ + worker."""
+    """The same closed loop over HTTP + SSE: our gateway (+ ZeroMQ + worker) or another server."""
     spec = LoadSpec(url=server.url, max_tokens=workload.max_tokens, ignore_eos=workload.ignore_eos)
     records, wall = asyncio.run(
         run_load(spec, workload.conversations[:num_requests], concurrency=concurrency)
@@ -194,7 +201,7 @@ def run_http(
         wall_s=wall,
         ttft_mean_s=summary["ttft_s"]["mean"],
         ttft_p95_s=summary["ttft_s"]["p95"],
-        extra={"ttft_p50_s": summary["ttft_s"]["p50"]},
+        extra={"ttft_p50_s": summary["ttft_s"]["p50"], "itl_p50_s": summary["itl_s"]["p50"]},
     )
 
 

@@ -1,4 +1,4 @@
-"""Server: `astrai serve` or `astrai gateway` in its own process group (tests, benches)."""
+"""Servers in their own process groups for tests and benches: astrai's, and llama.cpp's."""
 
 from __future__ import annotations
 
@@ -83,6 +83,43 @@ class Server:
         except ProcessLookupError:
             return False
         return True
+
+
+class LlamaCppServer:
+    """llama.cpp's engine behind `python -m llama_cpp.server` (llama-cpp-python), for baselines.
+
+    `python` is an interpreter that has `llama-cpp-python[server]`; it lives in a virtualenv
+    of its own, never in ours.
+    """
+
+    def __init__(self, python: str, model: Path, threads: int = 2) -> None:
+        self.port = free_loopback_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        argv = [python, "-m", "llama_cpp.server", "--model", str(model), "--n_ctx", "4096"]
+        argv += ["--n_threads", str(threads), "--n_threads_batch", str(threads)]
+        argv += ["--host", "127.0.0.1", "--port", str(self.port)]
+        self.log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            argv, start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT
+        )
+
+    def wait_ready(self, timeout_s: float = 120.0) -> LlamaCppServer:
+        def answers() -> bool:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited with {self.process.returncode}")
+            try:
+                return http_json(f"{self.url}/v1/models", timeout=2)[0] == 200
+            except OSError:
+                return False
+
+        if not wait_until(answers, timeout_s, 0.2):
+            self.stop()
+            raise TimeoutError(f"llama_cpp.server not ready within {timeout_s} s")
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        terminate(self.process, timeout_s)
+        self.log.close()
 
 
 def wait_until(predicate, timeout_s: float, interval_s: float = 0.1) -> bool:
