@@ -118,7 +118,9 @@ def test_a_finished_prompt_is_cached_and_reused() -> None:
 
 @pytest.mark.parametrize(
     ("num_tokens", "num_hit"),
-    [(3, 0), (4, 0), (5, 4), (8, 4), (9, 8), (12, 8), (13, 12), (16, 12)],
+    # Up to the last token, from full pages and rows copied from the next cached page;
+    # a partial last page is never cached, so a 3-token prompt leaves nothing to hit.
+    [(3, 0), (4, 3), (5, 4), (8, 7), (9, 8), (12, 11), (13, 12), (16, 15)],
 )
 def test_the_last_token_is_never_a_hit(num_tokens: int, num_hit: int) -> None:
     cache = make_cache()
@@ -133,11 +135,13 @@ def test_a_prompt_of_whole_pages_keeps_its_last_page_cached_once() -> None:
     tokens = list(range(1, 9))
     finish(cache, 1, tokens)
     assert lru(cache) == [1, 0]
-    assert finish(cache, 2, tokens) == Admission(4, 4)
+    # Page 0 is shared; 3 rows of page 1 are copied into the new page 2, which computes
+    # the last token itself.
+    assert finish(cache, 2, tokens) == Admission(7, 7)
     # Page 2 holds the same tokens as page 1, which stays the indexed copy: page 2 is freed.
     assert lru(cache) == [1, 0]
     assert indexed(cache) == [0, 1]
-    assert cache.stats() == stats(cache, in_use=0, cached=2, free=6, hit_tokens=4)
+    assert cache.stats() == stats(cache, in_use=0, cached=2, free=6, hit_tokens=7)
     assert cache.admit(3, [*tokens, 9]) == Admission(8, 8)
     assert cache.pages_of(3) == [0, 1, 2]
 
@@ -473,6 +477,48 @@ def test_disabled_prefix_caching_never_hits() -> None:
     assert cache.stats() == stats(cache, in_use=0, cached=0, free=8, hit_tokens=0)
 
 
+def test_a_prompt_diverging_mid_page_copies_the_rows_it_shares() -> None:
+    cache = make_cache()
+    finish(cache, 1, [*PROMPT, 11, 12])  # pages 0, 1, 2 full: 1..4, 5..8, 9..12
+    k = cache.storage.k
+    k[0, 2] = torch.arange(PS * 2, dtype=torch.float32).view(PS, 1, 2)  # page 2's rows
+    other = [*PROMPT[:8], 9, 10, 99, 98, 97]  # page 2 diverges after two tokens
+    assert cache.admit(2, other) == Admission(10, 10)
+    own = cache.pages_of(2)
+    assert own[:2] == [0, 1] and own[2] not in (0, 1, 2)
+    torch.testing.assert_close(k[0, own[2], :2], k[0, 2, :2])
+    assert not k[0, own[2], 2:].any()  # the rest is this sequence's to compute
+    assert cache.stats().hit_tokens == 10
+    assert refs(cache)[2] == 0 and 2 in lru(cache)  # the source went back to the cache
+    cache.begin_step()
+    assert cache.shared_ready(2, 10) == 10
+
+
+def test_no_rows_are_copied_from_a_pending_page_or_behind_one() -> None:
+    cache = make_cache()
+    long_prompt = [*PROMPT, 11, 12, 13]
+    assert cache.admit(1, long_prompt) == Admission(0, 0)  # pages 0..2 pending
+    # Shares the pending full pages; page 2 (9..12) is pending too, so nothing is copied.
+    assert cache.admit(2, [*PROMPT, 11, 50]) == Admission(0, 8)
+    compute(cache, 1, long_prompt, 0, len(long_prompt))
+    cache.release(2)
+    assert cache.admit(3, [*PROMPT, 11, 50]) == Admission(11, 11)
+
+
+def test_a_prompt_diverging_inside_its_first_page_copies_from_a_cached_first_page() -> None:
+    cache = make_cache()
+    finish(cache, 1, PROMPT)
+    assert cache.admit(2, [1, 2, 77, 78, 79]) == Admission(2, 2)
+
+
+def test_the_longest_matching_sibling_is_copied() -> None:
+    cache = make_cache(12)
+    finish(cache, 1, [*PROMPT[:4], 5, 6, 0, 0, 1])
+    finish(cache, 2, [*PROMPT[:4], 5, 6, 7, 0, 1])
+    admission = cache.admit(3, [*PROMPT[:4], 5, 6, 7, 1, 1])
+    assert admission == Admission(7, 7)
+
+
 # -- property test: random requests driven through the scheduler protocol ---------------
 
 NUM_PAGES = 12
@@ -527,8 +573,10 @@ class PageCacheMachine(RuleBasedStateMachine):
             assert snapshot(self.cache) == before
             return False
         num_cached, num_shared = admission
-        assert num_cached % PS == 0 and num_shared % PS == 0
-        assert 0 <= num_cached <= num_shared <= (len(tokens) - 1) // PS * PS
+        # Whole pages, plus rows copied from a cached page when every matched page is
+        # computed; never the last token.
+        assert num_shared % PS == 0 or num_cached == num_shared
+        assert 0 <= num_cached <= num_shared <= len(tokens) - 1
         assert len(self.cache.pages_of(seq_id)) == -(-len(tokens) // PS)
         assert self.cache.stats().hit_tokens == hit_tokens + num_shared
         self.live[seq_id] = Seq(list(tokens), num_cached)

@@ -63,6 +63,11 @@ class KVStorage:
     def bytes_reserved(self) -> int:
         return 2 * self.k.numel() * self.k.element_size()
 
+    def copy_rows(self, src_page: int, dst_page: int, num_rows: int) -> None:
+        """The first `num_rows` k/v rows of one page into another, in every layer."""
+        self.k[:, dst_page, :num_rows] = self.k[:, src_page, :num_rows]
+        self.v[:, dst_page, :num_rows] = self.v[:, src_page, :num_rows]
+
 
 class KVCache(ABC):
     """Where each sequence's k/v lives. Rows are addressed as flat slots of a layer view.

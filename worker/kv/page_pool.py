@@ -45,6 +45,26 @@ class PagePool:
             parent, parent_hash = page, self.prefix.hash_of(page)
         return pages
 
+    def partial_match(self, parent: int | None, tokens: Sequence[int]) -> tuple[int, int] | None:
+        """(page, n): a computed indexed page after `parent` whose first n >= 1 tokens are
+        `tokens`' first n, n as large as possible; None when no page starts like `tokens`."""
+        if not self.enable_prefix_caching or not tokens:
+            return None
+        best: tuple[int, int] | None = None
+        for page, page_tokens in self.prefix.children(parent):
+            if page in self._pending:
+                continue
+            n = 0
+            for ours, theirs in zip(tokens, page_tokens, strict=False):
+                if ours != theirs:
+                    break
+                n += 1
+            if n and (best is None or n > best[1]):
+                best = (page, n)
+                if n == len(tokens):
+                    break
+        return best
+
     def index(
         self, page: int, parent: int | None, tokens: Sequence[int], owner: int | None
     ) -> bool:

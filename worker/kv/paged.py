@@ -13,8 +13,9 @@ from worker.kv.task_table import TaskEntry, TaskTable
 # Reference counts: every page table that lists a page holds one reference to it. Only
 # full pages are ever indexed or shared. A prompt's partially filled last page is private
 # to its sequence, because that sequence writes its own generated tokens into the rest of
-# it; n > 1 choices of one prompt therefore share the full pages and each computes its own
-# copy of the partial tail (fewer than page_size tokens).
+# it. Where a new prompt's next tokens begin like a computed indexed page (after the same
+# full pages), admission copies those rows into the new sequence's own page instead of
+# computing them: a shared system prompt that ends mid-page costs no recomputation.
 
 
 class PageCache(KVCache):
@@ -50,24 +51,38 @@ class PageCache(KVCache):
         ps = self.page_size
         # Never match the last token: its logits have to be computed to sample from.
         matched = self.pool.match(tokens, (len(tokens) - 1) // ps)
-        need = self._num_pages_for(len(tokens)) - len(matched)
-        # The watermark is kept for running sequences; with none, it would only keep a
-        # prompt that fits the whole cache waiting forever.
-        reserve = self.watermark_pages if len(self.table) else 0
-        if not self.pool.can_allocate(need, matched, reserve):
-            return None
-        for page in matched:
-            self.pool.acquire(page)
-        pages = matched + self.pool.allocate(need)
         num_computed_pages = 0
         while num_computed_pages < len(matched) and not self.pool.is_pending(
             matched[num_computed_pages]
         ):
             num_computed_pages += 1
+        partial = None
+        if num_computed_pages == len(matched):
+            # Past the last full page that matches, a computed page may still start the
+            # same way (a shared system prompt ending mid-page): copy those rows.
+            start = len(matched) * ps
+            tail = tokens[start : min(start + ps, len(tokens) - 1)]
+            partial = self.pool.partial_match(matched[-1] if matched else None, tail)
+        need = self._num_pages_for(len(tokens)) - len(matched)
+        # The watermark is kept for running sequences; with none, it would only keep a
+        # prompt that fits the whole cache waiting forever.
+        reserve = self.watermark_pages if len(self.table) else 0
+        reusing = [*matched, partial[0]] if partial else matched
+        if not self.pool.can_allocate(need, reusing, reserve):
+            return None
+        for page in reusing:  # the partial source too, so allocating cannot evict it
+            self.pool.acquire(page)
+        pages = matched + self.pool.allocate(need)
+        num_copied = 0
+        if partial is not None:
+            source, num_copied = partial
+            self.storage.copy_rows(source, pages[len(matched)], num_copied)
+            self.pool.release(source, seq_id)
+        num_cached = num_computed_pages * ps + num_copied
         entry = TaskEntry(
             pages=pages,
-            num_cached=num_computed_pages * ps,
-            num_shared=len(matched) * ps,
+            num_cached=num_cached,
+            num_shared=max(len(matched) * ps, num_cached),
             num_committed_pages=num_computed_pages,
             num_indexed_pages=len(matched),
         )

@@ -30,7 +30,7 @@ class PrefixCache:
     def __init__(self) -> None:
         self._by_hash: dict[int, int] = {}
         self._pages: dict[int, IndexedPage] = {}
-        self._children: dict[int, set[int]] = {}
+        self._children: dict[int | None, set[int]] = {}  # None: first pages of sequences
 
     def __len__(self) -> int:
         return len(self._pages)
@@ -40,6 +40,10 @@ class PrefixCache:
 
     def hash_of(self, page: int) -> int:
         return self._pages[page].hash
+
+    def children(self, parent: int | None) -> list[tuple[int, tuple[int, ...]]]:
+        """(page, tokens) of every indexed page chained right after `parent`."""
+        return [(page, self._pages[page].tokens) for page in self._children.get(parent, ())]
 
     def lookup(self, parent: int | None, parent_hash: int, tokens: Sequence[int]) -> int | None:
         """The indexed page holding `tokens` right after `parent`, or None."""
@@ -64,8 +68,7 @@ class PrefixCache:
             return False
         self._by_hash[key] = page
         self._pages[page] = IndexedPage(key, parent, tuple(tokens))
-        if parent is not None:
-            self._children.setdefault(parent, set()).add(page)
+        self._children.setdefault(parent, set()).add(page)
         return True
 
     def remove(self, page: int) -> list[int]:
@@ -76,11 +79,10 @@ class PrefixCache:
         for node in subtree:
             subtree.extend(sorted(self._children.pop(node, ())))
         entry = self._pages[page]
-        if entry.parent is not None:
-            siblings = self._children[entry.parent]
-            siblings.discard(page)
-            if not siblings:
-                del self._children[entry.parent]
+        siblings = self._children[entry.parent]
+        siblings.discard(page)
+        if not siblings:
+            del self._children[entry.parent]
         for node in subtree:
             del self._by_hash[self._pages.pop(node).hash]
         return subtree[::-1]

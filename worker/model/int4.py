@@ -66,9 +66,9 @@ class Int4Linear(nn.Module):
             else None
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (N, in) → (N, out) bfloat16
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (N, in) → (N, out) bf16 or fp32
         if self.batched is not None and x.shape[0] >= FLOAT32_FROM_ROWS:
-            return self.batched(x.float()).to(torch.bfloat16)
+            return self.batched(x.float())  # float32, as PackedLinear's batches
         out = torch.ops.aten._weight_int4pack_mm_for_cpu(
             x.to(torch.bfloat16), self.packed, GROUP_SIZE, self.scales_and_zeros
         )

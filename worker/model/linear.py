@@ -69,8 +69,9 @@ class PackedLinear(nn.Module):
                 out = torch.mm(x, self.weight_f32)
             else:
                 out = torch.addmm(self.bias_f32, x, self.weight_f32)
-            # Back to the layer's dtype: attention and the KV cache stay as in bf16 mode.
-            return out.to(self.weight.dtype)
+            # Stays float32: the next consumers (attention in prefill, the next float32
+            # layer, the float32 residual) want it so, and the KV write casts on its own.
+            return out
         if self.kind == "mm":
             if self.bias is None:
                 return torch.mm(x, self.weight)

@@ -68,9 +68,9 @@ class Attention(nn.Module):
         batch: ForwardBatch,
     ) -> torch.Tensor:
         # Prefill attention runs in float32 on the CPU, where bf16 arithmetic is slower
-        # (1.65x for a 512-token prompt); one-row decode keeps the cache's dtype, whose
-        # conversion would cost more than it saves.
-        dtype = q.dtype
+        # (1.65x for a 512-token prompt); one-row decode runs in the cache's dtype, as
+        # converting every cached row would cost more than it saves.
+        dtype = k_cache.dtype
         if batch.max_query_len > 1 and q.device.type == "cpu":
             dtype = torch.float32
         if batch.seq_lengths is not None:
@@ -84,7 +84,7 @@ class Attention(nn.Module):
         keys = k_cache.index_select(0, rows).view(shape).to(dtype).transpose(1, 2)  # (B,KVH,T,D)
         values = v_cache.index_select(0, rows).view(shape).to(dtype).transpose(1, 2)
         if batch.query_index is None:  # every sequence feeds one token: N == B
-            grouped = q.view(b, kvh, g, d)  # (B, KVH, G, D)
+            grouped = q.to(dtype).view(b, kvh, g, d)  # (B, KVH, G, D)
         else:
             padded = q.new_zeros(b * qlen, self.num_heads, d, dtype=dtype)
             padded.index_copy_(0, batch.query_index, q.to(dtype))
