@@ -49,6 +49,11 @@ def _engine_args(parser: argparse.ArgumentParser) -> None:
         help="int8: W8A8 linears (fast batches, less exact); int4: 4-bit weights (fast single "
         "streams on the CPU)",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decode step of < 16 sequences (faster; ~1-2 min more at start)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,6 +147,7 @@ def run_worker(args: argparse.Namespace) -> int:
         enable_prefix_caching=not args.no_prefix_caching,
         num_threads=args.threads,
         quantization=args.quantization,
+        compile=args.compile,
     )
     serve_worker(engine, config, args.health_port)
     return 0

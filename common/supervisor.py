@@ -66,6 +66,8 @@ def _engine_argv(args: argparse.Namespace) -> list[str]:
             argv += [flag, str(value)]
     if args.no_prefix_caching:
         argv.append("--no-prefix-caching")
+    if args.compile:
+        argv.append("--compile")
     return argv
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from worker.compiled_decode import CompiledDecode
 from worker.kv.base import KVCache
 from worker.model.batch import ForwardBatch
 from worker.model.llama import LlamaModel
@@ -27,9 +28,12 @@ class Chunk:
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, cache: KVCache) -> None:
+    def __init__(
+        self, model: LlamaModel, cache: KVCache, compiled_decode: CompiledDecode | None = None
+    ) -> None:
         self.model = model
         self.cache = cache
+        self.compiled_decode = compiled_decode
         self.device = model.device
         self.kv_group_size = model.config.kv_group_size
         self.sliding_window = model.config.sliding_window
@@ -38,6 +42,9 @@ class ModelRunner:
     def forward(self, chunks: Sequence[Chunk]) -> torch.Tensor:
         """(S, vocab) float32 logits, one row per chunk that wants them, in chunk order."""
         input_ids, batch = self.build_batch(chunks)
+        compiled = self.compiled_decode
+        if compiled is not None and compiled.handles(batch):
+            return compiled(input_ids, batch, self.cache.layer_views())
         return self.model(input_ids, batch, self.cache.layer_views())
 
     def build_batch(self, chunks: Sequence[Chunk]) -> tuple[torch.Tensor, ForwardBatch]:
