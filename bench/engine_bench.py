@@ -142,21 +142,20 @@ def main() -> None:
             [("W1", 1, n_seq), ("W1", 32, n_all)],
         )
     )
+    w1_sweep = [("W1", 1, n_seq), ("W1", 8, n_all), ("W1", 32, n_all)]
+    record(isolated(engine_runs, {"quantization": "int4"}, "astrai engine int4", w1_sweep[:1]))
     record(
         isolated(
             engine_runs,
-            {"quantization": "int4"},
-            "astrai engine int4",
-            [("W1", 1, n_seq), ("W1", 8, n_all), ("W1", 32, n_all)],
+            {"quantization": "int4", "compile": True},
+            "astrai engine int4 + compile",
+            w1_sweep,
         )
     )
-    w1_sweep = [("W1", 1, n_seq), ("W1", 8, n_all), ("W1", 32, n_all)]
     http, memory = isolated(http_runs, "astrai serve (HTTP) bfloat16", w1_sweep)
     record(http)
-    http_int4, _ = isolated(
-        http_runs, "astrai serve (HTTP) int4", [("W1", 1, n_seq)], "--quantization", "int4"
-    )
-    record(http_int4)
+    fast = ("--quantization", "int4", "--compile")
+    record(isolated(http_runs, "astrai serve (HTTP) int4 + compile", w1_sweep, *fast)[0])
     if args.llama_cpp_python:
         # Its server takes one request at a time (concurrent ones were dropped): c=1 only.
         record(isolated(llama_cpp_runs, args.llama_cpp_python, [("W1", 1, n_seq)]))

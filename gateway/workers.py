@@ -16,7 +16,7 @@ from zmq.auth.asyncio import AsyncioAuthenticator
 
 from common.curve import make_server
 from common.schemas import GatewayBeat, Heartbeat, Message, Register
-from common.wire import DEFAULT_MAX_FRAME_BYTES, DropCounter, encode
+from common.wire import DEFAULT_MAX_FRAME_BYTES, MAX_FRAMES_PER_MESSAGE, DropCounter, encode
 from gateway.registry import WorkerRegistry, WorkerState
 
 log = logging.getLogger(__name__)
@@ -139,13 +139,15 @@ class WorkerHub:
         assert self._socket is not None
         while True:
             frames = await self._socket.recv_multipart()
-            if len(frames) != 2:
+            # [identity, message, ...]: a worker sends a step's events as one multipart.
+            if not 2 <= len(frames) <= MAX_FRAMES_PER_MESSAGE + 1:
                 self.drops.counts["framing"] += 1
                 continue
-            identity, frame = frames
-            message = self.drops.decode(frame, self.max_frame_bytes)
-            if message is not None:
-                self._dispatch(identity, message)
+            identity = frames[0]
+            for frame in frames[1:]:
+                message = self.drops.decode(frame, self.max_frame_bytes)
+                if message is not None:
+                    self._dispatch(identity, message)
 
     def _dispatch(self, identity: bytes, message: Message) -> None:
         now = time.monotonic()

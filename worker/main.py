@@ -27,7 +27,7 @@ from common.schemas import (
     Submit,
     Tokens,
 )
-from common.wire import DEFAULT_MAX_FRAME_BYTES, DropCounter, encode
+from common.wire import DEFAULT_MAX_FRAME_BYTES, MAX_FRAMES_PER_MESSAGE, DropCounter, encode
 from worker.engine import InferenceEngine
 from worker.errors import RequestError
 from worker.health import HealthServer
@@ -195,12 +195,16 @@ class WorkerServer:
             events.close()
 
     def _forward(self, events: zmq.Socket, dealer: zmq.Socket) -> None:
-        while True:
+        """Every event waiting goes out in one multipart message: a decode step's tokens
+        for all its sequences cost the gateway one receive, not one each."""
+        frames: list[bytes] = []
+        while len(frames) < MAX_FRAMES_PER_MESSAGE:
             try:
-                frame = events.recv(zmq.NOBLOCK)
+                frames.append(events.recv(zmq.NOBLOCK))
             except zmq.Again:
-                return
-            dealer.send(frame)
+                break
+        if frames:
+            dealer.send_multipart(frames)
 
     def _receive(self, dealer: zmq.Socket) -> None:
         while True:
