@@ -16,9 +16,11 @@ from worker.model.llama import LlamaModel
 log = logging.getLogger(__name__)
 
 # Warm-up shapes: (sequences, context). One sequence gets a graph of its own (torch
-# specializes size 1); two or more share a graph with dynamic sizes. The sizes differ from
-# each other and from every model dimension, so no size is assumed equal to another.
-_WARMUP_SHAPES = ((1, 3), (2, 7))
+# specializes size 1); two or more share a graph with dynamic sizes. Sizes that are equal
+# when a graph is traced are assumed equal for good, so the contexts must differ from each
+# other and from every dimension of the inputs (a context of 3 once equalled the kv-head
+# count, pinning the one-sequence graph to 3 keys and recompiling it for the first request).
+_WARMUP_SHAPES = ((1, 37), (2, 41))
 
 
 class CompiledDecode:
@@ -47,14 +49,18 @@ class CompiledDecode:
         """Compile every graph now, so no request waits for it; then clear the rows used."""
         start = time.monotonic()
         for num_seqs, context in _WARMUP_SHAPES:
-            read_slots = torch.arange(num_seqs * context, device=device).view(num_seqs, context)
+            # Fresh tensors laid out as ModelRunner.build_batch lays them out: strides are
+            # guarded too (a strided view's stride of 37 was once equated with a context).
+            positions = torch.full((num_seqs,), context - 1)
+            keys = torch.arange(context)
+            mask = keys[None, None, :] <= positions[:, None, None]  # (B, 1, T)
             batch = ForwardBatch(
-                positions=torch.full((num_seqs,), context - 1, device=device),
-                write_slots=read_slots[:, -1].contiguous(),
-                read_slots=read_slots,
-                mask=torch.ones(num_seqs, 1, 1, context, dtype=torch.bool, device=device),
+                positions=positions.to(device),
+                write_slots=(torch.arange(num_seqs) * context + context - 1).to(device),
+                read_slots=torch.arange(num_seqs * context).view(num_seqs, context).to(device),
+                mask=mask[:, None].to(device),
                 query_index=None,
-                logits_index=torch.arange(num_seqs, device=device),
+                logits_index=torch.arange(num_seqs).to(device),
                 max_query_len=1,
             )
             input_ids = torch.zeros(num_seqs, dtype=torch.int64, device=device)
