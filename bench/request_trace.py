@@ -1,0 +1,79 @@
+"""Per-request figures in arrival order: W2 TTFT by wave (engine), ITL per request (a server).
+
+python -m bench.request_trace w2-waves
+python -m bench.request_trace server-itl --url http://127.0.0.1:8200 --requests 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import queue
+import statistics
+import time
+
+from bench.loadgen import LoadSpec, run_load
+from bench.workloads import w1, w2
+from worker.engine import InferenceEngine
+from worker.sampling_params import SamplingParams
+from worker.sequence import TokenEvent
+
+
+def w2_waves(concurrency: int = 32, num_requests: int = 64) -> list[float]:
+    """TTFT of each W2 request in submission order, closed loop at `concurrency`."""
+    workload = w2()
+    params = SamplingParams(temperature=0, max_tokens=workload.max_tokens, ignore_eos=True)
+    events: queue.Queue[TokenEvent] = queue.Queue()
+    submitted: dict[str, float] = {}
+    first: dict[str, float] = {}
+    with InferenceEngine() as engine:
+        engine.generate("Hi", temperature=0, max_tokens=4)  # warm-up
+        conversations = workload.conversations[:num_requests]
+
+        def submit(i: int) -> None:
+            submitted[f"r{i}"] = time.perf_counter()
+            engine.submit(conversations[i], params, events.put, request_id=f"r{i}")
+
+        for i in range(min(concurrency, len(conversations))):
+            submit(i)
+        next_index, done = len(submitted), 0
+        while done < len(conversations):
+            event = events.get(timeout=600)
+            if event.token_ids and event.request_id not in first:
+                first[event.request_id] = time.perf_counter()
+            if event.finish_reason is not None:
+                done += 1
+                if next_index < len(conversations):
+                    submit(next_index)
+                    next_index += 1
+    return [first[f"r{i}"] - submitted[f"r{i}"] for i in range(len(conversations))]
+
+
+def server_itl(url: str, num_requests: int) -> list[tuple[int, float, float]]:
+    """(tokens, TTFT s, ITL p50 s) of W1 requests sent one after the other to `url`."""
+    spec = LoadSpec(url=url, max_tokens=128, ignore_eos=True)
+    records, _ = asyncio.run(run_load(spec, w1().conversations[:num_requests], concurrency=1))
+    return [(r.output_tokens, r.ttft or 0.0, statistics.median(r.itls or [0.0])) for r in records]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("what", choices=("w2-waves", "server-itl"))
+    parser.add_argument("--url")
+    parser.add_argument("--requests", type=int, default=10)
+    args = parser.parse_args()
+    if args.what == "w2-waves":
+        ttfts = w2_waves()
+        half = len(ttfts) // 2
+        first, second = statistics.mean(ttfts[:half]), statistics.mean(ttfts[half:])
+        mean = statistics.mean(ttfts)
+        print(f"mean TTFT {mean:.3f} s; first {half} requests {first:.3f} s, rest {second:.3f} s")
+        return
+    if not args.url:
+        parser.error("server-itl needs --url")
+    for i, (tokens, ttft, itl) in enumerate(server_itl(args.url, args.requests)):
+        print(f"request {i}: {tokens} tokens, TTFT {ttft * 1e3:.0f} ms, ITL p50 {itl * 1e3:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
