@@ -142,6 +142,24 @@ def test_int4_is_refused_off_the_cpu():
         InferenceEngine(quantization="int4", device="cuda")
 
 
+def test_prompts_sharing_a_system_prompt_mid_page_answer_as_without_the_cache(
+    engine: InferenceEngine,
+):
+    """The second prompt copies the rows it shares with the first past their last common
+    full page (the system prompt ends mid-page); its answer is the one computed afresh."""
+    system = {"role": "system", "content": TEACHER_TEXT[:300]}
+    prompts = [[system, {"role": "user", "content": q}] for q in ("Sum it up.", "Why stars?")]
+    page = engine.options.page_size
+    ids = [engine.requests.prompt_token_ids(p) for p in prompts]
+    common = next(i for i, (a, b) in enumerate(zip(*ids, strict=False)) if a != b)
+    assert common % page, "the shared prefix must end mid-page for this test"
+    hits_before = engine.get_stats()["prefix_cache_hit_tokens"]
+    cached = [engine.generate(p, temperature=0, max_tokens=16) for p in prompts]
+    assert engine.get_stats()["prefix_cache_hit_tokens"] - hits_before >= common
+    with InferenceEngine(dtype="float32", kv_cache_mb=64, enable_prefix_caching=False) as fresh:
+        assert [fresh.generate(p, temperature=0, max_tokens=16) for p in prompts] == cached
+
+
 def test_generate_shapes(engine: InferenceEngine):
     assert isinstance(engine.generate("Hi", temperature=0, max_tokens=4), str)
     both = engine.generate(["Hi", "Hello"], temperature=0, max_tokens=4)
