@@ -196,6 +196,9 @@ class InferenceScheduler:
             start = self.cache.shared_ready(seq.seq_id, seq.num_computed)
             if start is None:
                 continue  # its prefix is being computed by another sequence: next step
+            # Below its shared length only when it adopted pages an aborted owner left
+            # uncomputed: those tokens are its own work, not cache hits.
+            seq.num_cached_tokens = min(seq.num_cached_tokens, start)
             seq.num_computed = start
             end = min(len(seq.token_ids), start + budget)
             self.cache.plan(seq.seq_id, start, end)

@@ -296,6 +296,7 @@ def test_an_aborted_owner_orphans_its_pending_pages_and_the_sharer_adopts_them()
     cache.begin_step()
     assert cache.shared_ready(2, 0) == 0
     assert pending(cache) == {0: 2, 1: None}
+    assert cache.stats().hit_tokens == 0  # it computes the 8 tokens itself after all
     cache.plan(2, 0, 10)
     cache.commit(2, second, 10)
     assert pending(cache) == {}
@@ -303,6 +304,7 @@ def test_an_aborted_owner_orphans_its_pending_pages_and_the_sharer_adopts_them()
     cache.release(2)
     assert lru(cache) == [1, 0]
     assert cache.admit(4, first) == Admission(8, 8)
+    assert cache.stats().hit_tokens == 8
 
 
 def test_an_owner_aborted_after_its_first_page_leaves_the_sharer_the_rest() -> None:
@@ -320,6 +322,7 @@ def test_an_owner_aborted_after_its_first_page_leaves_the_sharer_the_rest() -> N
     cache.begin_step()
     assert cache.shared_ready(2, 0) == 4
     assert pending(cache) == {1: 2}
+    assert cache.stats().hit_tokens == 4  # the owner's computed first page only
     cache.plan(2, 4, 10)
     cache.commit(2, second, 10)
     assert pending(cache) == {}

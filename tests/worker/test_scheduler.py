@@ -204,6 +204,11 @@ def test_abort_of_a_prefix_owner_lets_its_sharer_finish_correctly(default_model_
         default_model_dir, PROMPT_33, max_tokens=3
     )
     assert stack.cache.stats().pages_in_use == 0
+    # Only the owner's first page (8 tokens) was computed for it; the sharer computed the
+    # rest itself, and neither its usage nor the cache counts those as hits.
+    [end] = stack.collector.finished("sharer")
+    assert end.usage is not None and end.usage.cached_tokens == 8
+    assert stack.cache.stats().hit_tokens == 8
 
 
 def test_stop_token_id_ends_the_choice_without_its_text(default_model_dir: Path):

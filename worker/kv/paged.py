@@ -118,8 +118,10 @@ class PageCache(KVCache):
                 continue
             if self.pool.owner_of(page) is not None:
                 return None  # its owner computes it in a later step: wait for it
-            # Orphaned: its owner left before computing it. Compute it, and the rest, here.
+            # Orphaned: its owner left before computing it. Compute it, and the rest, here;
+            # those tokens were counted as hits at admission and no longer are.
             self.pool.adopt(page, seq_id)
+            self._hit_tokens -= entry.num_shared - pos
             entry.num_shared = pos
             entry.num_indexed_pages = min(entry.num_indexed_pages, pos // ps)
         return pos
