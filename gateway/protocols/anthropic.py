@@ -121,7 +121,13 @@ class AnthropicResponseBuilder(ResponseBuilder):
         message_delta = {
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-            "usage": {"output_tokens": choice.completion_tokens},
+            # Cumulative, as Anthropic sends it: message_start could only say the whole
+            # prompt, as the cache's share is known once the worker has admitted it.
+            "usage": {
+                "input_tokens": state.prompt_tokens - state.cached_tokens,
+                "cache_read_input_tokens": state.cached_tokens,
+                "output_tokens": choice.completion_tokens,
+            },
         }
         return [
             sse_event("content_block_stop", {"type": "content_block_stop", "index": 0}),

@@ -83,6 +83,20 @@ def test_sdk_stream_events_in_order(client: anthropic.Anthropic):
     assert text == whole.content[0].text
 
 
+def test_streamed_usage_ends_as_the_whole_response_reports_it(client: anthropic.Anthropic):
+    """message_delta carries the final input / cache-read split, so the SDK's accumulated
+    message has the same usage as a non-streamed one for the same (now cached) prompt."""
+    request = {"model": TINY_NAME, "max_tokens": 4, "messages": MESSAGES, **GREEDY}
+    client.messages.create(**request)  # the prompt's full pages are cached from here on
+    whole = client.messages.create(**request)
+    with client.messages.stream(**request) as stream:
+        streamed = stream.get_final_message()
+    assert whole.usage.cache_read_input_tokens > 0
+    assert streamed.usage.input_tokens == whole.usage.input_tokens
+    assert streamed.usage.cache_read_input_tokens == whole.usage.cache_read_input_tokens
+    assert streamed.usage.output_tokens == whole.usage.output_tokens == 4
+
+
 def test_raw_sse_lines_pair_event_and_data(tiny_server: Server):
     body = {"model": TINY_NAME, "max_tokens": 2, "messages": MESSAGES, "stream": True}
     with httpx.stream("POST", f"{tiny_server.url}/v1/messages", json=body, timeout=60) as r:

@@ -324,7 +324,11 @@ def test_full_stream(finish_reason, stop, stop_reason, stop_sequence):
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                "usage": {"output_tokens": 2},
+                "usage": {
+                    "input_tokens": 7 - 4,
+                    "cache_read_input_tokens": 4,
+                    "output_tokens": 2,
+                },
             },
         ),
         ("message_stop", {"type": "message_stop"}),
