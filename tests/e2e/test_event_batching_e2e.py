@@ -61,10 +61,30 @@ def gateway() -> Iterator[tuple[Server, ScriptedWorker]]:
         server.stop()
 
 
-def stream_text(url: str, results: list[str]) -> None:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=30) as response:
-        results.append(response.read().decode())
+class StreamingClient:
+    """One streamed chat request on a thread of its own; `body` once it has ended."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.body = ""
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+
+    def _run(self) -> None:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "stream": True}
+        with httpx.stream("POST", f"{self.url}/v1/chat/completions", json=body, timeout=30) as r:
+            self.body = r.read().decode()
+
+    def wait(self) -> str:
+        self.thread.join(30)
+        return self.body
+
+
+def accept_next(worker: ScriptedWorker) -> str:
+    """The request id of the next Submit, accepted."""
+    request_id = worker.next_submit().request_id
+    worker.socket.send(encode(Accepted(request_id, 1)))
+    return request_id
 
 
 def finished(request_id: str) -> bytes:
@@ -73,31 +93,22 @@ def finished(request_id: str) -> bytes:
 
 def test_tokens_of_one_step_arrive_together_and_in_order(gateway):
     server, worker = gateway
-    results: list[str] = []
-    client = threading.Thread(target=stream_text, args=(server.url, results))
-    client.start()
-    submit = worker.next_submit()
-    worker.socket.send(encode(Accepted(submit.request_id, 1)))
-    rid = submit.request_id
+    client = StreamingClient(server.url)
+    rid = accept_next(worker)
     parts = [encode(Tokens(rid, 0, text, [i])) for i, text in enumerate(["al", "pha", "!"])]
     worker.socket.send_multipart([*parts, finished(rid)])
-    client.join(30)
-    body = results[0]
+    body = client.wait()
     assert body.index('"al"') < body.index('"pha"') < body.index('"!"')
     assert '"finish_reason":"stop"' in body.replace(" ", "") and body.rstrip().endswith("[DONE]")
 
 
 def test_a_message_with_too_many_parts_is_dropped_whole(gateway):
     server, worker = gateway
-    results: list[str] = []
-    client = threading.Thread(target=stream_text, args=(server.url, results))
-    client.start()
-    submit = worker.next_submit()
-    rid = submit.request_id
-    worker.socket.send(encode(Accepted(rid, 1)))
+    client = StreamingClient(server.url)
+    rid = accept_next(worker)
     too_many = [encode(Tokens(rid, 0, "x", [1]))] * (MAX_FRAMES_PER_MESSAGE + 1)
     worker.socket.send_multipart(too_many)
     worker.socket.send_multipart([encode(Tokens(rid, 0, "ok", [2])), finished(rid)])
-    client.join(30)
-    assert '"x"' not in results[0] and '"ok"' in results[0]
+    body = client.wait()
+    assert '"x"' not in body and '"ok"' in body
     assert server.stats()["dropped_frames"].get("framing") == 1
