@@ -143,7 +143,10 @@ async def run_load(
     """Closed loop at `concurrency`, or Poisson arrivals at `rate` req/s. (records, wall s)."""
     if (concurrency is None) == (rate is None):
         raise ValueError("give exactly one of concurrency or rate")
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    # A fresh connection per request: reusing a kept-alive one races the server closing it
+    # (llama.cpp's server did, failing 2 of 32 sequential requests); a loopback connect is
+    # well under a millisecond.
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
     async with httpx.AsyncClient(
         base_url=spec.url, timeout=spec.timeout_s, limits=limits
     ) as client:

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from common.wire import DEFAULT_WORKER_BIND
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-QUANTIZATIONS = ("int8", "int4")  # worker.model.packing has the same; cli must not import torch
+# worker.engine_options has the same; the cli must not import torch.
+QUANTIZATIONS = ("auto", "none", "int8", "int4", "q4_1")
 
 
 def _gateway_args(parser: argparse.ArgumentParser) -> None:
@@ -44,10 +45,11 @@ def _engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-prefix-caching", action="store_true")
     parser.add_argument(
         "--quantization",
-        default=None,
+        default="auto",
         choices=QUANTIZATIONS,
-        help="int8: W8A8 linears (fast batches, less exact); int4: 4-bit weights (fast single "
-        "streams on the CPU)",
+        help="auto: a Q4_1 GGUF's own 4-bit codes in native CPU kernels, else none; q4_1: "
+        "Q4_1 layers + Q8_0 output layer for any model (CPU); int8: W8A8 linears (less "
+        "exact); int4: torch's 4-bit kernel; none: float weights",
     )
     parser.add_argument(
         "--compile",

@@ -19,7 +19,13 @@ from worker.errors import RequestError
 from worker.kv.base import KVCache, KVStorage
 from worker.kv.contiguous import ContiguousCache
 from worker.kv.paged import PageCache
-from worker.model.loader import load_config, load_model, resolve_dtype, resolve_model_dir
+from worker.model.loader import (
+    load_config,
+    load_model,
+    resolve_dtype,
+    resolve_model_dir,
+    resolve_quantization,
+)
 from worker.postprocess import OutputProcessor
 from worker.request import GenerationRequest, Prompt, RequestFactory
 from worker.runner import ModelRunner
@@ -80,8 +86,12 @@ class InferenceEngine:
         self.model_dir = resolve_model_dir(model)
         config = load_config(self.model_dir)
         self.config = config
-        self.dtype = resolve_dtype(opts.dtype, device)
-        self.model = load_model(self.model_dir, self.dtype, device, quantization=opts.quantization)
+        quantization, exact_only = resolve_quantization(opts.quantization, self.model_dir, device)
+        self.quantization = quantization
+        self.dtype = resolve_dtype(opts.dtype, device, quantization)
+        self.model = load_model(
+            self.model_dir, self.dtype, device, quantization=quantization, exact_only=exact_only
+        )
         self.tokenizer = Tokenizer(self.model_dir, config.eos_token_ids)
         context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
         self.cache = self._build_cache(context, device)

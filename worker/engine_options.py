@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from worker.model.packing import QUANTIZATIONS
 
 KV_CACHE_KINDS = ("paged", "contiguous")
+QUANTIZATION_CHOICES = ("auto", "none", *QUANTIZATIONS)
 
 
 @dataclass(frozen=True)
@@ -22,9 +23,11 @@ class EngineOptions:
     enable_prefix_caching: bool = True
     num_threads: int | None = None
     served_model_name: str | None = None  # the name clients ask for; default: from the path
+    # "auto": a Q4_1 GGUF's own codes in the native CPU kernels (q4_1, nothing lost), else
+    # none. "q4_1": Q4_1 layers and a Q8_0 output layer whatever the weights (CPU only).
     # "int8": W8A8 linear layers, faster at large batches and less exact; "int4": 4-bit
-    # weights for few-row steps (CPU only), float32 for batches.
-    quantization: str | None = None
+    # weights for few-row steps (CPU only), float32 for batches. None or "none": float.
+    quantization: str | None = "auto"
     # torch.compile the decode step of < 16 sequences: faster single streams, a slower
     # start (about a minute per graph on 2 cores, less once inductor's cache is warm).
     compile: bool = False
@@ -37,11 +40,14 @@ class EngineOptions:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
-        if self.quantization not in (None, *QUANTIZATIONS):
+        if self.quantization not in (None, *QUANTIZATION_CHOICES):
             raise ValueError(
-                f"quantization must be None or one of {QUANTIZATIONS}, got {self.quantization!r}"
+                f"quantization must be None or one of {QUANTIZATION_CHOICES}, "
+                f"got {self.quantization!r}"
             )
-        if self.quantization == "int4" and self.device != "cpu":
-            raise ValueError("quantization int4 runs on the CPU only; use int8 or none on GPUs")
+        if self.quantization in ("int4", "q4_1") and self.device != "cpu":
+            raise ValueError(
+                f"quantization {self.quantization} runs on the CPU only; use int8 or none on GPUs"
+            )
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")

@@ -7,8 +7,21 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def _mkldnn_linear_available() -> bool:
-    return hasattr(torch.ops.mkldnn, "_linear_pointwise") and torch.backends.mkldnn.is_available()
+def mkldnn_linear_supports(dtype: torch.dtype) -> bool:
+    """Whether oneDNN's packed linear takes this dtype on this CPU.
+
+    Its bf16 and fp16 paths need AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT; elsewhere they
+    raise at packing time, so a plain AVX2 CPU takes F.linear, which works anywhere.
+    """
+    if not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+        return False
+    if not torch.backends.mkldnn.is_available():
+        return False
+    if dtype == torch.bfloat16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    if dtype == torch.float16:
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    return False
 
 
 # From this many rows on, a bf16 layer on the CPU multiplies in float32 when it keeps a
@@ -22,7 +35,8 @@ class PackedLinear(nn.Module):
 
     Measured on a 2-core AVX-512 CPU (docs/BENCHMARKS.md): float32 `x @ w_t` with the
     weight stored transposed is 1.4x faster than F.linear; bf16/fp16 through oneDNN with a
-    prepacked weight is up to 2x faster than F.linear for one row. CUDA keeps F.linear.
+    prepacked weight is up to 2x faster than F.linear for one row, where the CPU has it
+    (mkldnn_linear_supports). CUDA keeps F.linear.
     With `float32_copy`, a bf16/fp16 CPU layer also keeps its weights as float32 and uses
     them for batches of FLOAT32_FROM_ROWS rows or more (prefill, busy decode steps).
     """
@@ -37,7 +51,7 @@ class PackedLinear(nn.Module):
         self.kind = self._pick_kind(weight)
         self.weight_f32: torch.Tensor | None = None
         self.bias_f32: torch.Tensor | None = None
-        if float32_copy and self.kind == "mkldnn":
+        if float32_copy and weight.device.type == "cpu" and weight.dtype != torch.float32:
             self.weight_f32 = weight.detach().float().t().contiguous()  # (in, out)
             self.bias_f32 = None if bias is None else bias.detach().float()
         if self.kind == "mm":
@@ -54,7 +68,7 @@ class PackedLinear(nn.Module):
             return "linear"
         if weight.dtype == torch.float32:
             return "mm"
-        if _mkldnn_linear_available():
+        if mkldnn_linear_supports(weight.dtype):
             return "mkldnn"
         return "linear"
 

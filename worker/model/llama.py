@@ -8,10 +8,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from worker.kernels.build import native_kernels_available
+from worker.model import native_decode
 from worker.model.batch import ForwardBatch, LayerKV
+from worker.model.block_linear import BlockLinear
 from worker.model.config import ModelConfig
 from worker.model.linear import PackedLinear
-from worker.model.packing import LINEAR_PATHS, check_quantization, pack_linear
+from worker.model.packing import LINEAR_PATHS, block_linear, check_quantization, pack_linear
 from worker.model.rope import apply_rope, rope_tables
 
 
@@ -34,6 +37,7 @@ class Attention(nn.Module):
         self.num_kv_heads = config.num_kv_heads
         self.head_dim = config.head_dim
         self.group = config.kv_group_size
+        self.window = config.sliding_window or 0  # 0: attend to the whole context
         qkv_out = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim
         # q, k and v projections fused into one matmul; the loader concatenates the weights.
         self.qkv_proj = nn.Linear(config.hidden_size, qkv_out, bias=config.qkv_bias)
@@ -173,7 +177,10 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_weights()
-        self._head: PackedLinear | None = None  # set by pack_for_inference
+        self._head: nn.Module | None = None  # set by pack_for_inference
+        self._head_takes_float32 = True
+        # Decode steps through worker.model.native_decode (set by pack_for_inference).
+        self.native_decode = False
         cos, sin = rope_tables(config)
         # Kept in float32 and cast per forward, as the reference does.
         self.register_buffer("rope_cos", cos, persistent=False)
@@ -199,6 +206,8 @@ class LlamaModel(nn.Module):
         kv_layers: Sequence[LayerKV],
     ) -> torch.Tensor:
         """Logits (S, vocab) in float32 for the rows in `batch.logits_index`."""
+        if native_decode.handles(self, batch, kv_layers):
+            return native_decode.forward(self, input_ids, batch, kv_layers)
         # The residual stream stays float32 whatever the weights' dtype: 30 layers of bf16
         # rounding in it cost several points of top-1 agreement with the float32 model.
         x = self.embed_tokens(input_ids).float()  # (N, hidden)
@@ -214,15 +223,18 @@ class LlamaModel(nn.Module):
         quantization: str | None = None,
         float32_copy: bool = False,
         float32_weights: Mapping[str, torch.Tensor] | None = None,
+        exact_only: bool = False,
     ) -> None:
         """Swap every linear layer for its inference form (worker.model.packing), once loaded.
 
         With `float32_head` (the checkpoint's own output weights), a bf16/fp16 model still
         computes the final norm and logits in float32: rounding logits to 8 mantissa bits
-        makes near-ties flip the top token. The output layer is never quantized.
+        makes near-ties flip the top token. The output layer is never quantized, except to
+        Q8_0 blocks under "q4_1" (a Q4_1 GGUF's own output codes are Q8_0).
         `float32_copy` lets bf16/fp16 CPU layers multiply batches in float32 (PackedLinear).
         `float32_weights` (state-dict names → the checkpoint's float32 tensors) are what
-        quantization starts from, so int4 recovers a Q4_1 file's codes exactly.
+        quantization starts from, so int4 recovers a Q4_1 file's codes exactly. With
+        `exact_only`, a layer whose weights the blocks would change stays a float layer.
         """
         check_quantization(quantization)
         source = float32_weights or {}
@@ -231,16 +243,26 @@ class LlamaModel(nn.Module):
                 owner_path, name = path.rsplit(".", 1)
                 owner = block.get_submodule(owner_path)
                 exact = (source.get(f"layers.{i}.{path}.{kind}") for kind in ("weight", "bias"))
-                packed = pack_linear(getattr(owner, name), quantization, float32_copy, *exact)
+                packed = pack_linear(
+                    getattr(owner, name), quantization, float32_copy, *exact, exact_only=exact_only
+                )
                 setattr(owner, name, packed)
-        head = self.lm_head.weight if float32_head is None else float32_head.float()
-        self._head = PackedLinear(head.detach().to(self.device), None)
+        head = (self.lm_head.weight if float32_head is None else float32_head.float()).detach()
+        head = head.to(self.device)
+        blocks = block_linear(head, None, "q8_0", exact_only) if quantization == "q4_1" else None
+        self._head = blocks if blocks is not None else PackedLinear(head, None)
+        # Blocks and float32 heads take the float32 residual as it is; bf16 heads the norm's.
+        self._head_takes_float32 = blocks is not None or head.dtype == torch.float32
+        self.native_decode = (
+            self.device.type == "cpu" and self.dtype == torch.float32 and native_kernels_available()
+        )
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:  # (S, hidden) float32
         if self._head is None:
             return self.lm_head(self.norm(x)).float()
-        head_dtype = self._head.weight.dtype
-        if head_dtype == torch.float32:
+        if isinstance(self._head, BlockLinear):
+            return self._head(x, norm=self.norm)
+        if self._head_takes_float32:
             normed = F.rms_norm(x, (x.shape[-1],), eps=self.norm.eps)
             return self._head(self.norm.weight.float() * normed)
         return self._head(self.norm(x)).float()

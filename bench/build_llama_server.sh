@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Build llama.cpp's own `llama-server` once, from the source the llama-cpp-python sdist on PyPI
+# vendors, into a cache folder outside the repository; print the binary's path.
+# Usage: bench/build_llama_server.sh [VERSION]   (env: LLAMA_SERVER_CACHE, default ~/.cache/astrai/llama.cpp)
+# About 15-20 minutes on 2 cores the first time; later calls print the cached path at once.
+set -euo pipefail
+version="${1:-0.3.36}"
+cache="${LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/astrai/llama.cpp}/$version"
+binary="$cache/build/bin/llama-server"
+if [ -x "$binary" ]; then
+  echo "$binary"
+  exit 0
+fi
+python="${PYTHON:-python3}"
+mkdir -p "$cache"
+cd "$cache"
+if [ ! -d src ]; then
+  "$python" -m pip download --quiet --no-deps --no-binary :all: -d sdist "llama_cpp_python==$version" >&2
+  mkdir -p src.tmp
+  tar -xzf sdist/llama_cpp_python-"$version".tar.gz -C src.tmp --strip-components=1
+  mv src.tmp src
+fi
+# GGML_NATIVE: the kernels of the CPU this runs on (llama.cpp's own default build).
+cmake -S src/vendor/llama.cpp -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_SERVER=ON >&2
+cmake --build build --target llama-server -j"$(nproc)" >&2
+echo "$binary"

@@ -1,0 +1,131 @@
+"""Build the native CPU kernels once per CPU and torch version, cache the library, load it.
+
+The C++ sources in `csrc/` are compiled with `-march=native`, so they use exactly the
+instructions of the machine they run on (AVX2, AVX-512, VNNI), and the result is cached
+under `<cache>/kernels/<key>/`, the key covering the CPU's model and flags, torch's version,
+the compiler and the sources. A machine without a C++ compiler, or with
+`ASTRAI_NATIVE_KERNELS=0`, gets None: the engine then uses torch's own kernels.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from worker.cpu_info import cpu_signature
+from worker.paths import cache_root
+
+log = logging.getLogger(__name__)
+
+SOURCES = Path(__file__).parent / "csrc"
+LIBRARY_NAME = "libastrai_kernels.so"
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-std=c++20", "-w")
+
+
+class KernelBuildError(RuntimeError):
+    """The native kernels could not be compiled or loaded here."""
+
+
+def _compiler() -> str | None:
+    for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if candidate and shutil.which(candidate):
+            return candidate
+    return None
+
+
+def _compiler_version(compiler: str) -> str:
+    result = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
+    return result.stdout.splitlines()[0] if result.stdout else compiler
+
+
+def _torch_dirs() -> tuple[list[Path], Path]:
+    root = Path(torch.__file__).parent
+    return [root / "include", root / "include" / "torch" / "csrc" / "api" / "include"], root / "lib"
+
+
+def _build_key(compiler: str, sources: list[Path]) -> str:
+    digest = hashlib.sha256()
+    digest.update(f"{cpu_signature()}|{torch.__version__}|{_compiler_version(compiler)}".encode())
+    digest.update(" ".join(FLAGS).encode())
+    for source in sources:
+        digest.update(source.name.encode())
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _compile(compiler: str, sources: list[Path], target: Path) -> None:
+    includes, lib_dir = _torch_dirs()
+    abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
+    python_include = sysconfig.get_paths()["include"]
+    common = [*FLAGS, abi, *(f"-I{d}" for d in includes), f"-I{python_include}"]
+
+    def compile_one(source: Path) -> Path:
+        obj = target.parent / f"{source.stem}.o"
+        cmd = [compiler, *common, "-c", str(source), "-o", str(obj)]
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise KernelBuildError(f"compiling {source.name} failed:\n{result.stderr[-4000:]}")
+        return obj
+
+    with ThreadPoolExecutor(max(1, min(len(sources), os.cpu_count() or 1))) as pool:
+        objects = list(pool.map(compile_one, sources))
+    link = [compiler, "-shared", "-fopenmp", *map(str, objects), f"-L{lib_dir}"]
+    link += ["-ltorch_cpu", "-lc10", "-o", str(target)]
+    result = subprocess.run(link, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise KernelBuildError(f"linking the kernels failed:\n{result.stderr[-4000:]}")
+
+
+def build_library() -> Path:
+    """The cached library for this CPU, compiled first if needed; KernelBuildError if it can't."""
+    compiler = _compiler()
+    if compiler is None:
+        raise KernelBuildError("no C++ compiler found (set CXX, or install g++)")
+    sources = sorted(SOURCES.glob("*.cpp"))
+    folder = cache_root() / "kernels" / _build_key(compiler, sorted(SOURCES.glob("*.[ch]*")))
+    library = folder / LIBRARY_NAME
+    if library.is_file():
+        return library
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # Build in a private folder and rename: workers starting together never load half a file.
+    staging = Path(tempfile.mkdtemp(prefix=".build-", dir=folder.parent))
+    try:
+        start = time.monotonic()
+        log.info("compiling the native CPU kernels for this machine (once, ~30 s)")
+        _compile(compiler, sources, staging / LIBRARY_NAME)
+        try:
+            staging.rename(folder)
+        except OSError:
+            if not library.is_file():
+                raise
+        log.info("native CPU kernels built in %.1f s: %s", time.monotonic() - start, library)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return library
+
+
+@functools.cache
+def native_kernels_available() -> bool:
+    """Build (once per CPU) and load the native kernels; False, with a warning, if impossible."""
+    if os.environ.get("ASTRAI_NATIVE_KERNELS", "1") == "0":
+        log.info("native CPU kernels disabled by ASTRAI_NATIVE_KERNELS=0")
+        return False
+    try:
+        torch.ops.load_library(str(build_library()))
+    except (KernelBuildError, OSError, RuntimeError) as exc:
+        log.warning("native CPU kernels unavailable, using torch's kernels: %s", exc)
+        return False
+    from worker.kernels import fake_ops  # noqa: F401 - shapes for torch.compile
+
+    return True

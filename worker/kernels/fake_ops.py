@@ -1,0 +1,44 @@
+"""Output shapes of the native ops for tracing (torch.compile, meta tensors); no computation."""
+
+from __future__ import annotations
+
+import torch
+
+
+def _linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    out_features: int,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor | None,
+    eps: float,
+    gated: bool,
+) -> torch.Tensor:
+    return x.new_empty((x.shape[0], out_features))
+
+
+torch.library.register_fake("astrai::q4_1_linear")(_linear)
+torch.library.register_fake("astrai::q8_0_linear")(_linear)
+
+
+@torch.library.register_fake("astrai::silu_mul")
+def _silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    return gate_up.new_empty((gate_up.shape[0], gate_up.shape[1] // 2))
+
+
+@torch.library.register_fake("astrai::decode_attention")
+def _decode_attention(
+    qkv: torch.Tensor,
+    positions: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    write_slots: torch.Tensor,
+    read_slots: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    window: int,
+) -> torch.Tensor:
+    return qkv.new_empty((qkv.shape[0], num_heads * k_cache.shape[2]))

@@ -1,0 +1,83 @@
+"""Weight records for the native block kernels: GGUF's Q4_1 and Q8_0 codes, 8 columns a tile.
+
+csrc/quant_matmul.cpp documents the byte layout. Quantizing weights a Q4_1 (or Q8_0) file
+dequantized gives that file's codes and fp16 scales back exactly, so the kernels compute
+with the very numbers the file holds.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+BLOCK = 32
+TILE = 8  # output features per record
+Q4_1_RECORD_BYTES = 160
+Q8_0_RECORD_BYTES = 272
+
+
+class BlockWeights(NamedTuple):
+    records: torch.Tensor  # (tiles, blocks, record bytes) uint8
+    out_features: int
+    dequantized: torch.Tensor  # (out, in) float32: what the records hold, for checks
+
+
+def check_shape(weight: torch.Tensor) -> None:
+    if weight.dim() != 2 or weight.shape[1] % BLOCK:
+        raise ValueError(
+            f"block weights need (out, in) with in a multiple of {BLOCK}, got {tuple(weight.shape)}"
+        )
+
+
+def _tiled(t: torch.Tensor) -> torch.Tensor:
+    """(out, ...) → (tiles, TILE, ...), padding out to whole tiles with zeros."""
+    pad = -t.shape[0] % TILE
+    if pad:
+        t = torch.cat([t, t.new_zeros((pad, *t.shape[1:]))])
+    return t.reshape(-1, TILE, *t.shape[1:])
+
+
+def _halves_by_tile(values: torch.Tensor) -> torch.Tensor:
+    """(out, blocks) fp16 → (tiles, blocks, 2 * TILE) bytes: each block's 8 columns' values."""
+    return _tiled(values).permute(0, 2, 1).contiguous().view(torch.uint8)
+
+
+def pack_q4_1(weight: torch.Tensor) -> BlockWeights:
+    """Per block of 32 inputs: d = (max - min) / 15 and m = min in fp16, codes 0..15."""
+    check_shape(weight)
+    out_features, in_features = weight.shape
+    blocks = in_features // BLOCK
+    groups = weight.detach().float().reshape(out_features, blocks, BLOCK)
+    low, high = groups.amin(dim=-1), groups.amax(dim=-1)
+    d, m = ((high - low) / 15).half(), low.half()
+    step = d.float().clamp_min(torch.finfo(torch.float16).tiny)
+    codes = ((groups - m.float()[..., None]) / step[..., None]).round_().clamp_(0, 15)
+    dequantized = codes * d.float()[..., None] + m.float()[..., None]
+    # (tiles, 8 cols, blocks, half h, group j, byte i): code 16h + 4j + i of each block.
+    c = _tiled(codes.to(torch.uint8)).reshape(-1, TILE, blocks, 2, 4, 4)
+    nibbles = c[:, :, :, 0] | (c[:, :, :, 1] << 4)  # (tiles, cols, blocks, j, i)
+    code_bytes = nibbles.permute(0, 2, 3, 1, 4).reshape(-1, blocks, 4 * TILE * 4)
+    records = torch.cat([_halves_by_tile(d), _halves_by_tile(m), code_bytes], dim=-1)
+    return BlockWeights(
+        records.contiguous(), out_features, dequantized.reshape(out_features, in_features)
+    )
+
+
+def pack_q8_0(weight: torch.Tensor) -> BlockWeights:
+    """Per block of 32 inputs: d = max |w| / 127 in fp16, codes -127..127."""
+    check_shape(weight)
+    out_features, in_features = weight.shape
+    blocks = in_features // BLOCK
+    groups = weight.detach().float().reshape(out_features, blocks, BLOCK)
+    d = (groups.abs().amax(dim=-1) / 127).half()
+    step = d.float().clamp_min(torch.finfo(torch.float16).tiny)
+    codes = (groups / step[..., None]).round_().clamp_(-127, 127)
+    dequantized = codes * d.float()[..., None]
+    # (tiles, 8 cols, blocks, group g, byte i) → per block: group-major, then column.
+    c = _tiled(codes.to(torch.int8)).reshape(-1, TILE, blocks, 8, 4)
+    code_bytes = c.permute(0, 2, 3, 1, 4).reshape(-1, blocks, 8 * TILE * 4).view(torch.uint8)
+    records = torch.cat([_halves_by_tile(d), code_bytes], dim=-1)
+    return BlockWeights(
+        records.contiguous(), out_features, dequantized.reshape(out_features, in_features)
+    )

@@ -1,0 +1,58 @@
+"""BlockLinear: a linear layer with GGUF-style block weights (Q4_1, Q8_0) in native kernels."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from worker.kernels.layout import BlockWeights, pack_q4_1, pack_q8_0
+
+if TYPE_CHECKING:
+    from worker.model.llama import RMSNorm
+
+BLOCK_FORMATS = ("q4_1", "q8_0")
+_PACKERS = {"q4_1": pack_q4_1, "q8_0": pack_q8_0}
+
+
+def pack_blocks(weight: torch.Tensor, block_format: str) -> BlockWeights:
+    if block_format not in _PACKERS:
+        raise ValueError(f"block_format must be one of {BLOCK_FORMATS}, got {block_format!r}")
+    return _PACKERS[block_format](weight)
+
+
+class BlockLinear(nn.Module):
+    """x (float32, quantized per block of 32 on the fly) times block-quantized weights.
+
+    Built from weights a GGUF file dequantized, it multiplies with the file's own codes; one
+    decoding row reads 5/8 (Q4_1) or 17/16 (Q8_0) bytes per weight instead of float32's 4.
+    """
+
+    def __init__(self, packed: BlockWeights, bias: torch.Tensor | None, block_format: str) -> None:
+        super().__init__()
+        self.block_format = block_format
+        self.records = packed.records
+        self.out_features = packed.out_features
+        self.in_features = packed.records.shape[1] * 32
+        self.bias = None if bias is None else bias.detach().float().contiguous()
+        ops = torch.ops.astrai
+        op = ops.q4_1_linear if block_format == "q4_1" else ops.q8_0_linear
+        self._op = op.default
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None = None,
+        norm: RMSNorm | None = None,
+        gated: bool = False,
+    ) -> torch.Tensor:
+        """(N, in) → (N, out) float32; fused: `x` first gated (x = [gate | up], (N, 2 in):
+        silu(gate) * up), then normalized by `norm`; `residual` (N, out) added at the end."""
+        norm_weight, eps = (None, 0.0) if norm is None else (norm.weight, norm.eps)
+        return self._op(
+            x.float(), self.records, self.out_features, self.bias, residual, norm_weight, eps, gated
+        )
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, kind={self.block_format}"
