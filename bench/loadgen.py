@@ -8,7 +8,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -139,8 +139,15 @@ async def run_load(
     rate: float | None = None,
     seed: int = 0,
     on_done: Callable[[RequestRecord], None] | None = None,
+    max_tokens_each: Sequence[int] | None = None,
 ) -> tuple[list[RequestRecord], float]:
-    """Closed loop at `concurrency`, or Poisson arrivals at `rate` req/s. (records, wall s)."""
+    """Closed loop at `concurrency`, or Poisson arrivals at `rate` req/s. (records, wall s).
+
+    `max_tokens_each`, one per conversation, overrides the spec's output budget per request.
+    """
+    budgets = list(max_tokens_each or [spec.max_tokens] * len(conversations))
+    if len(budgets) != len(conversations):
+        raise ValueError("max_tokens_each needs one budget per conversation")
     if (concurrency is None) == (rate is None):
         raise ValueError("give exactly one of concurrency or rate")
     # A fresh connection per request: reusing a kept-alive one races the server closing it
@@ -153,28 +160,30 @@ async def run_load(
         t0 = time.perf_counter()
         records: list[RequestRecord] = []
 
-        async def one(messages: list[dict[str, Any]]) -> None:
-            record = await run_one(client, spec, messages, t0)
+        async def one(item: tuple[list[dict[str, Any]], int]) -> None:
+            messages, budget = item
+            record = await run_one(client, replace(spec, max_tokens=budget), messages, t0)
             records.append(record)
             if on_done is not None:
                 on_done(record)
 
+        items = list(zip(conversations, budgets, strict=True))
         if concurrency is not None:
-            queue: asyncio.Queue[list[dict[str, Any]]] = asyncio.Queue()
-            for messages in conversations:
-                queue.put_nowait(messages)
+            queue: asyncio.Queue[tuple[list[dict[str, Any]], int]] = asyncio.Queue()
+            for item in items:
+                queue.put_nowait(item)
 
             async def worker() -> None:
                 while not queue.empty():
                     await one(queue.get_nowait())
 
-            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(conversations)))))
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(items)))))
         else:
             assert rate is not None
             rng = random.Random(seed)
             tasks = []
-            for messages in conversations:
-                tasks.append(asyncio.create_task(one(messages)))
+            for item in items:
+                tasks.append(asyncio.create_task(one(item)))
                 await asyncio.sleep(rng.expovariate(rate))
             await asyncio.gather(*tasks)
         return records, time.perf_counter() - t0

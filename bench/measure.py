@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from bench.loadgen import LoadSpec, run_load
-from bench.server import LlamaCppServer, Server
+from bench.server import LlamaServer, Server
 from bench.summary import summarize
 from bench.workloads import Workload
 from worker.engine import InferenceEngine
@@ -182,7 +182,7 @@ def run_http(
     concurrency: int,
     num_requests: int,
     label: str,
-    server: Server | LlamaCppServer,
+    server: Server | LlamaServer,
 ) -> RunResult:
     """The same closed loop over HTTP + SSE: our gateway (+ ZeroMQ + worker) or another server."""
     spec = LoadSpec(url=server.url, max_tokens=workload.max_tokens, ignore_eos=workload.ignore_eos)

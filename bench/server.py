@@ -85,36 +85,37 @@ class Server:
         return True
 
 
-class LlamaCppServer:
-    """llama.cpp's engine behind `python -m llama_cpp.server` (llama-cpp-python), for baselines.
+class LlamaServer:
+    """llama.cpp's own `llama-server` (bench/build_llama_server.sh builds it), for baselines.
 
-    `python` is an interpreter that has `llama-cpp-python[server]`; it lives in a virtualenv
-    of its own, never in ours.
+    Started as the comparison wants it: 2 threads like our worker, 32 parallel slots with
+    continuous batching, a 32,768-token context shared by the slots.
     """
 
-    def __init__(self, python: str, model: Path, threads: int = 2) -> None:
+    ARGS = ("-t", "2", "-np", "32", "-c", "32768", "-cb")
+
+    def __init__(self, binary: Path, model: Path) -> None:
         self.port = free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        argv = [python, "-m", "llama_cpp.server", "--model", str(model), "--n_ctx", "4096"]
-        argv += ["--n_threads", str(threads), "--n_threads_batch", str(threads)]
+        argv = [str(binary), "-m", str(model), *self.ARGS]
         argv += ["--host", "127.0.0.1", "--port", str(self.port)]
         self.log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             argv, start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT
         )
 
-    def wait_ready(self, timeout_s: float = 120.0) -> LlamaCppServer:
+    def wait_ready(self, timeout_s: float = 120.0) -> LlamaServer:
         def answers() -> bool:
             if self.process.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited with {self.process.returncode}")
+                raise RuntimeError(f"llama-server exited with {self.process.returncode}")
             try:
-                return http_json(f"{self.url}/v1/models", timeout=2)[0] == 200
-            except OSError:
+                return http_json(f"{self.url}/health", timeout=2)[0] == 200
+            except (OSError, ValueError):
                 return False
 
         if not wait_until(answers, timeout_s, 0.2):
             self.stop()
-            raise TimeoutError(f"llama_cpp.server not ready within {timeout_s} s")
+            raise TimeoutError(f"llama-server not ready within {timeout_s} s")
         return self
 
     def stop(self, timeout_s: float = 30.0) -> None:

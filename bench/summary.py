@@ -39,9 +39,11 @@ def summarize(
     output_tokens = sum(r.output_tokens for r in ok)
 
     def meets_slo(r: RequestRecord) -> bool:
+        """TTFT within its SLO, and 95% of the request's inter-token gaps within theirs."""
         if slo_ttft_s is not None and (r.ttft is None or r.ttft > slo_ttft_s):
             return False
-        return not (slo_itl_s is not None and r.itls and statistics.fmean(r.itls) > slo_itl_s)
+        itl_p95 = percentile(r.itls, 95) if r.itls else None
+        return not (slo_itl_s is not None and itl_p95 is not None and itl_p95 > slo_itl_s)
 
     good = [r for r in ok if meets_slo(r)]
     return {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +112,8 @@ class Workload:
     conversations: list[list[dict[str, Any]]]
     max_tokens: int
     ignore_eos: bool
+    # One output budget per conversation, when they differ (the mixed workload).
+    max_tokens_each: tuple[int, ...] | None = None
 
 
 def w1(num_requests: int = 64, max_tokens: int = 128) -> Workload:
@@ -205,6 +208,39 @@ def multi_tenant(num_requests: int = 128, max_tokens: int = 32, seed: int = 0) -
     return Workload("multi-tenant", conversations[:num_requests], max_tokens, ignore_eos=True)
 
 
+def mixed(num_requests: int = 48, seed: int = 0) -> Workload:
+    """What a chat service sees: varied prompts, long-tailed replies that end at EOS.
+
+    Prompts, drawn at random: half are W1's short questions (~40 tokens with the template),
+    three in ten ask one of the eight tenants' ~500-token system prompts a question, two in
+    ten ask for a summary of half of W2's ~600-token policy (~300 tokens). Output budgets
+    are log-normal, median 64 tokens (sigma 1: p90 ~230), clipped to [8, 512]; the model
+    usually stops earlier, at EOS.
+    """
+    rng = random.Random(seed)
+    chat = [form.format(subject) for form in FORMS for subject in SUBJECTS]
+    words = SYSTEM_PROMPT_W2.split()
+    halves = [" ".join(words[: len(words) // 2]), " ".join(words[len(words) // 2 :])]
+    conversations, budgets = [], []
+    for _ in range(num_requests):
+        kind = rng.random()
+        if kind < 0.5:
+            conversation = [{"role": "user", "content": rng.choice(chat)}]
+        elif kind < 0.8:
+            tenant = rng.choice(TENANTS)
+            conversation = [
+                {"role": "system", "content": tenant_system_prompt(*tenant)},
+                {"role": "user", "content": rng.choice(TENANT_QUESTIONS)},
+            ]
+        else:
+            passage = rng.choice(halves)
+            request = f"Summarize this policy in two sentences:\n\n{passage}"
+            conversation = [{"role": "user", "content": request}]
+        conversations.append(conversation)
+        budgets.append(min(512, max(8, round(rng.lognormvariate(math.log(64), 1.0)))))
+    return Workload("mixed", conversations, max(budgets), False, tuple(budgets))
+
+
 def from_jsonl(path: Path, max_tokens: int = 128) -> Workload:
     """One request per line: {"messages": [...]} or {"prompt": "..."}."""
     conversations = []
@@ -224,7 +260,9 @@ def from_jsonl(path: Path, max_tokens: int = 128) -> Workload:
 
 
 def named_workload(name: str, num_requests: int, max_tokens: int) -> Workload:
-    """chat (W1), shared-prefix (W2), multi-tenant, or a .jsonl file."""
+    """chat (W1), shared-prefix (W2), multi-tenant, mixed, or a .jsonl file."""
+    if name == "mixed":
+        return mixed(num_requests)
     if name == "chat":
         base = w1(64, max_tokens)
     elif name == "shared-prefix":

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
+import logging
 import queue
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -14,8 +16,11 @@ from typing import Any
 import torch
 
 from worker.compiled_decode import CompiledDecode
+from worker.cpu_info import describe as describe_cpu
 from worker.engine_options import EngineOptions
 from worker.errors import RequestError
+from worker.kernels.build import native_kernels_available
+from worker.kernels.plan import KernelPlan, kernel_plan
 from worker.kv.base import KVCache, KVStorage
 from worker.kv.contiguous import ContiguousCache
 from worker.kv.paged import PageCache
@@ -35,6 +40,8 @@ from worker.sequence import EventSink, FinishReason, TokenEvent
 from worker.tokenizer import Tokenizer
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+log = logging.getLogger(__name__)
 
 
 class InferenceEngine:
@@ -89,9 +96,19 @@ class InferenceEngine:
         quantization, exact_only = resolve_quantization(opts.quantization, self.model_dir, device)
         self.quantization = quantization
         self.dtype = resolve_dtype(opts.dtype, device, quantization)
+        plan = kernel_plan() if device.type == "cpu" else None
+        if plan is not None and opts.compile and plan.float32_layout == "mkldnn":
+            # torch.compile cannot trace oneDNN's packed weights; the next best layout.
+            plan = dataclasses.replace(plan, float32_layout="mm")
         self.model = load_model(
-            self.model_dir, self.dtype, device, quantization=quantization, exact_only=exact_only
+            self.model_dir,
+            self.dtype,
+            device,
+            quantization=quantization,
+            exact_only=exact_only,
+            plan=plan,
         )
+        log.info("%s", describe_choices(device, self.dtype, quantization, exact_only, plan))
         self.tokenizer = Tokenizer(self.model_dir, config.eos_token_ids)
         context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
         self.cache = self._build_cache(context, device)
@@ -280,6 +297,27 @@ class InferenceEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def describe_choices(
+    device: torch.device,
+    dtype: torch.dtype,
+    quantization: str | None,
+    exact_only: bool,
+    plan: KernelPlan | None,
+) -> str:
+    """The startup line that says which kernels and layouts this machine got, and why."""
+    if device.type != "cpu":
+        return f"device {device}, {dtype}, quantization {quantization or 'none'}"
+    weights = {
+        None: f"{dtype} weights",
+        "q4_1": "the file's own Q4_1 codes" if exact_only else "Q4_1 blocks (requantized)",
+        "int4": "int4 (torch's kernel)",
+        "int8": "int8 W8A8",
+    }[quantization]
+    native = "native kernels built for it" if native_kernels_available() else "torch's kernels"
+    choices = f"; {plan.describe()}" if plan is not None else ""
+    return f"CPU {describe_cpu()}: {weights}, {native}{choices}"
 
 
 def _put_tagged(merged: queue.Queue[tuple[int, TokenEvent]], index: int, event: TokenEvent) -> None:

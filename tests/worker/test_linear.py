@@ -4,28 +4,35 @@ import pytest
 import torch
 from torch import nn
 
-from worker.model.linear import FLOAT32_FROM_ROWS, PackedLinear
+from worker.kernels.plan import FLOAT32_LAYOUTS, mkldnn_float32_available
+from worker.model.linear import FLOAT32_FROM_ROWS, PackedLinear, mkldnn_linear_supports
 
 
+@pytest.mark.parametrize("layout", FLOAT32_LAYOUTS)
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("rows", [1, 7, 32])
-def test_float32_matches_nn_linear(bias: bool, rows: int):
+def test_float32_matches_nn_linear_in_every_layout(bias: bool, rows: int, layout: str):
+    if layout == "mkldnn" and not mkldnn_float32_available():
+        pytest.skip("this torch build has no oneDNN packed linear")
     torch.manual_seed(rows)
     linear = nn.Linear(24, 40, bias=bias)
-    packed = PackedLinear.from_linear(linear)
+    packed = PackedLinear(linear.weight, linear.bias, float32_layout=layout)
     x = torch.randn(rows, 24)
-    assert packed.kind == "mm"
-    torch.testing.assert_close(packed(x), linear(x), rtol=1e-5, atol=1e-5)
+    assert packed.kind == layout
+    with torch.inference_mode():
+        torch.testing.assert_close(packed(x), linear(x), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows", [1, 32])
 def test_half_precision_matches_nn_linear(dtype: torch.dtype, rows: int):
+    """oneDNN's packed path where the CPU has it (AVX-512 BW/VL/DQ or AVX-NE-CONVERT),
+    F.linear elsewhere: the layer works on every x86-64 CPU, the packed kind only on some."""
     torch.manual_seed(0)
     linear = nn.Linear(64, 48, bias=True).to(dtype)
     packed = PackedLinear.from_linear(linear)
     x = torch.randn(rows, 64).to(dtype)
-    assert packed.kind in ("mkldnn", "linear")
+    assert packed.kind == ("mkldnn" if mkldnn_linear_supports(dtype) else "linear")
     torch.testing.assert_close(packed(x).float(), linear(x).float(), rtol=2e-2, atol=2e-2)
 
 

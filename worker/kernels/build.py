@@ -129,3 +129,16 @@ def native_kernels_available() -> bool:
     from worker.kernels import fake_ops  # noqa: F401 - shapes for torch.compile
 
     return True
+
+
+def main() -> None:
+    """`python -m worker.kernels.build`: build now (make install does), say what happened."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if native_kernels_available():
+        print(f"native CPU kernels ready: {build_library()}")
+    else:
+        print("native CPU kernels unavailable here; the engine will use torch's kernels")
+
+
+if __name__ == "__main__":
+    main()

@@ -14,6 +14,7 @@ def _linear(
     norm_weight: torch.Tensor | None,
     eps: float,
     gated: bool,
+    panel_rows: int,
 ) -> torch.Tensor:
     return x.new_empty((x.shape[0], out_features))
 
@@ -42,3 +43,8 @@ def _decode_attention(
     window: int,
 ) -> torch.Tensor:
     return qkv.new_empty((qkv.shape[0], num_heads * k_cache.shape[2]))
+
+
+@torch.library.register_fake("astrai::decode_layers")
+def _decode_layers(x: torch.Tensor, *args: object) -> torch.Tensor:
+    return x.new_empty(x.shape)

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from worker.model.llama import RMSNorm
 
 BLOCK_FORMATS = ("q4_1", "q8_0")
+# Rows from which the panel kernel beats the direct one, until the probe measures this CPU.
+DEFAULT_PANEL_ROWS = 16
 _PACKERS = {"q4_1": pack_q4_1, "q8_0": pack_q8_0}
 
 
@@ -29,8 +31,15 @@ class BlockLinear(nn.Module):
     decoding row reads 5/8 (Q4_1) or 17/16 (Q8_0) bytes per weight instead of float32's 4.
     """
 
-    def __init__(self, packed: BlockWeights, bias: torch.Tensor | None, block_format: str) -> None:
+    def __init__(
+        self,
+        packed: BlockWeights,
+        bias: torch.Tensor | None,
+        block_format: str,
+        panel_rows: int = DEFAULT_PANEL_ROWS,
+    ) -> None:
         super().__init__()
+        self.panel_rows = panel_rows  # from this many rows on, the panel kernel
         self.block_format = block_format
         self.records = packed.records
         self.out_features = packed.out_features
@@ -51,7 +60,15 @@ class BlockLinear(nn.Module):
         silu(gate) * up), then normalized by `norm`; `residual` (N, out) added at the end."""
         norm_weight, eps = (None, 0.0) if norm is None else (norm.weight, norm.eps)
         return self._op(
-            x.float(), self.records, self.out_features, self.bias, residual, norm_weight, eps, gated
+            x.float(),
+            self.records,
+            self.out_features,
+            self.bias,
+            residual,
+            norm_weight,
+            eps,
+            gated,
+            self.panel_rows,
         )
 
     def extra_repr(self) -> str:

@@ -33,22 +33,28 @@ FLOAT32_FROM_ROWS = 16
 class PackedLinear(nn.Module):
     """Inference-only replacement for nn.Linear, chosen per device and dtype.
 
-    Measured on a 2-core AVX-512 CPU (docs/BENCHMARKS.md): float32 `x @ w_t` with the
-    weight stored transposed is 1.4x faster than F.linear; bf16/fp16 through oneDNN with a
-    prepacked weight is up to 2x faster than F.linear for one row, where the CPU has it
-    (mkldnn_linear_supports). CUDA keeps F.linear.
+    Float32 layers take the layout `float32_layout` names ("mm": `x @ w_t` with the weight
+    stored transposed, "linear": F.linear, "mkldnn": oneDNN's packed weight), which the
+    kernel probe measures per CPU (worker/kernels/plan.py): on a 2-core AVX-512 Xeon "mm"
+    was 1.4x faster than F.linear, on an AVX2 EPYC "mkldnn" 2.4x faster than "mm" at 8
+    rows. bf16/fp16 go through oneDNN with a prepacked weight (up to 2x faster than
+    F.linear for one row) where the CPU has it (mkldnn_linear_supports). CUDA keeps F.linear.
     With `float32_copy`, a bf16/fp16 CPU layer also keeps its weights as float32 and uses
     them for batches of FLOAT32_FROM_ROWS rows or more (prefill, busy decode steps).
     """
 
     def __init__(
-        self, weight: torch.Tensor, bias: torch.Tensor | None, float32_copy: bool = False
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        float32_copy: bool = False,
+        float32_layout: str = "mm",
     ) -> None:
         super().__init__()
         self.in_features = weight.shape[1]
         self.out_features = weight.shape[0]
         self.bias = None if bias is None else bias.detach()
-        self.kind = self._pick_kind(weight)
+        self.kind = self._pick_kind(weight, float32_layout)
         self.weight_f32: torch.Tensor | None = None
         self.bias_f32: torch.Tensor | None = None
         if float32_copy and weight.device.type == "cpu" and weight.dtype != torch.float32:
@@ -63,11 +69,11 @@ class PackedLinear(nn.Module):
             self.weight = weight.detach()
 
     @staticmethod
-    def _pick_kind(weight: torch.Tensor) -> str:
+    def _pick_kind(weight: torch.Tensor, float32_layout: str) -> str:
         if weight.device.type != "cpu":
             return "linear"
         if weight.dtype == torch.float32:
-            return "mm"
+            return float32_layout
         if mkldnn_linear_supports(weight.dtype):
             return "mkldnn"
         return "linear"

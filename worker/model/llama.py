@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from worker.kernels.build import native_kernels_available
+from worker.kernels.plan import KernelPlan
 from worker.model import native_decode
 from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.block_linear import BlockLinear
@@ -179,8 +180,10 @@ class LlamaModel(nn.Module):
         self.tie_weights()
         self._head: nn.Module | None = None  # set by pack_for_inference
         self._head_takes_float32 = True
-        # Decode steps through worker.model.native_decode (set by pack_for_inference).
+        # Decode steps through worker.model.native_decode (set by pack_for_inference), with
+        # every layer in one native call when all of them are Q4_1 blocks.
         self.native_decode = False
+        self.stacked_blocks: tuple[list[torch.Tensor | None], ...] | None = None
         cos, sin = rope_tables(config)
         # Kept in float32 and cast per forward, as the reference does.
         self.register_buffer("rope_cos", cos, persistent=False)
@@ -224,6 +227,7 @@ class LlamaModel(nn.Module):
         float32_copy: bool = False,
         float32_weights: Mapping[str, torch.Tensor] | None = None,
         exact_only: bool = False,
+        plan: KernelPlan | None = None,
     ) -> None:
         """Swap every linear layer for its inference form (worker.model.packing), once loaded.
 
@@ -235,8 +239,10 @@ class LlamaModel(nn.Module):
         `float32_weights` (state-dict names → the checkpoint's float32 tensors) are what
         quantization starts from, so int4 recovers a Q4_1 file's codes exactly. With
         `exact_only`, a layer whose weights the blocks would change stays a float layer.
+        `plan` is this CPU's measured kernel choice (worker.kernels.plan; default: fixed).
         """
         check_quantization(quantization)
+        plan = plan or KernelPlan()
         source = float32_weights or {}
         for i, block in enumerate(self.layers):
             for path in LINEAR_PATHS:
@@ -244,18 +250,29 @@ class LlamaModel(nn.Module):
                 owner = block.get_submodule(owner_path)
                 exact = (source.get(f"layers.{i}.{path}.{kind}") for kind in ("weight", "bias"))
                 packed = pack_linear(
-                    getattr(owner, name), quantization, float32_copy, *exact, exact_only=exact_only
+                    getattr(owner, name),
+                    quantization,
+                    float32_copy,
+                    *exact,
+                    exact_only=exact_only,
+                    plan=plan,
                 )
                 setattr(owner, name, packed)
         head = (self.lm_head.weight if float32_head is None else float32_head.float()).detach()
         head = head.to(self.device)
-        blocks = block_linear(head, None, "q8_0", exact_only) if quantization == "q4_1" else None
-        self._head = blocks if blocks is not None else PackedLinear(head, None)
+        blocks = None
+        if quantization == "q4_1":
+            blocks = block_linear(head, None, "q8_0", exact_only, plan)
+        if blocks is None:
+            self._head = PackedLinear(head, None, float32_layout=plan.float32_layout)
+        else:
+            self._head = blocks
         # Blocks and float32 heads take the float32 residual as it is; bf16 heads the norm's.
         self._head_takes_float32 = blocks is not None or head.dtype == torch.float32
         self.native_decode = (
             self.device.type == "cpu" and self.dtype == torch.float32 and native_kernels_available()
         )
+        self.stacked_blocks = native_decode.stack_blocks(self) if self.native_decode else None
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:  # (S, hidden) float32
         if self._head is None:

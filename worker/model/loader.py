@@ -16,6 +16,7 @@ from safetensors.torch import save_file
 
 from worker.cpu_info import has_native_bf16
 from worker.kernels.build import native_kernels_available
+from worker.kernels.plan import KernelPlan
 from worker.model.block_linear import pack_blocks
 from worker.model.config import ModelConfig
 from worker.model.gguf_reader import read_gguf
@@ -159,6 +160,7 @@ def load_model(
     quantization: str | None = None,
     float32_copy: bool | None = None,
     exact_only: bool = False,
+    plan: KernelPlan | None = None,
 ) -> LlamaModel:
     """Build the decoder and fill it from every *.safetensors file in the folder.
 
@@ -193,7 +195,7 @@ def load_model(
                 and 4 * linear_params <= FLOAT32_COPY_MAX_BYTES
             )
         exact = ours if quantization is not None else None
-        model.pack_for_inference(head, quantization, float32_copy, exact, exact_only)
+        model.pack_for_inference(head, quantization, float32_copy, exact, exact_only, plan)
     return model.eval()
 
 

@@ -37,11 +37,53 @@ def forward(
     """Logits (S, vocab) float32 for the rows in `batch.logits_index`, as LlamaModel.forward."""
     x = model.embed_tokens(input_ids)  # (B, hidden) float32
     rope = (model.rope_cos, model.rope_sin)
-    for layer, kv in zip(model.layers, kv_layers, strict=True):
-        x = _block(layer, x, batch, kv, rope)
+    weights = model.stacked_blocks
+    if weights is not None:  # every layer in blocks: the whole stack in one native call
+        x = torch.ops.astrai.decode_layers(
+            x,
+            *weights,
+            [k for k, _ in kv_layers],
+            [v for _, v in kv_layers],
+            batch.positions,
+            *rope,
+            batch.write_slots,
+            batch.read_slots,
+            model.config.num_heads,
+            model.config.num_kv_heads,
+            model.config.sliding_window or 0,
+            model.config.rms_norm_eps,
+            model.layers[0].mlp.down_proj.panel_rows,
+        )
+    else:
+        for layer, kv in zip(model.layers, kv_layers, strict=True):
+            x = _block(layer, x, batch, kv, rope)
     if batch.logits_index.shape[0] != x.shape[0]:  # all rows wanted means every row, in order
         x = x.index_select(0, batch.logits_index)
     return model._logits(x)
+
+
+def stack_blocks(model: LlamaModel) -> tuple[list[torch.Tensor | None], ...] | None:
+    """The per-layer weights astrai::decode_layers takes (records, norms, biases), when every
+    linear layer is Q4_1 blocks and the norms share the config's eps; else None."""
+    layers = model.layers
+    linears = [
+        (b.self_attn.qkv_proj, b.self_attn.o_proj, b.mlp.gate_up_proj, b.mlp.down_proj)
+        for b in layers
+    ]
+    norms = [(b.input_layernorm, b.post_attention_layernorm) for b in layers]
+    eligible = all(
+        isinstance(linear, BlockLinear) and linear.block_format == "q4_1"
+        for group in linears
+        for linear in group
+    ) and all(norm.eps == model.config.rms_norm_eps for pair in norms for norm in pair)
+    if not eligible:
+        return None
+    return (
+        *([group[i].records for group in linears] for i in range(4)),
+        [pair[0].weight.float() for pair in norms],
+        [pair[1].weight.float() for pair in norms],
+        *([group[i].bias for group in linears] for i in range(4)),
+    )
 
 
 def _block(

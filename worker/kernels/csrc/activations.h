@@ -73,9 +73,12 @@ inline void scale_row(float* row, int64_t k, bool q8, float* sums) {
   }
 }
 
-// x is (m, k), or (m, 2k) when the prologue is gated.
-inline Rows prepare_rows(const float* x, int64_t m, int64_t k, bool q8, const Prologue& pro) {
-  Rows rows{std::vector<float>(m * k), std::vector<float>(q8 ? 0 : m * (k / kBlock)), k};
+// x is (m, k), or (m, 2k) when the prologue is gated. `for_direct`: scaled and summed for the
+// direct kernel; otherwise the rows as they are after the prologue (the panel kernel's input).
+inline Rows prepare_rows(const float* x, int64_t m, int64_t k, bool q8, const Prologue& pro,
+                         bool for_direct) {
+  const bool sums = for_direct && !q8;
+  Rows rows{std::vector<float>(m * k), std::vector<float>(sums ? m * (k / kBlock) : 0), k};
   const int64_t in_width = pro.gated ? 2 * k : k;
   parallel_chunks(m, std::max<int64_t>(1, 8192 / k), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -87,7 +90,7 @@ inline Rows prepare_rows(const float* x, int64_t m, int64_t k, bool q8, const Pr
         std::copy_n(src, k, row);
       }
       if (pro.norm_weight != nullptr) norm_row(row, k, pro.norm_weight, pro.eps);
-      scale_row(row, k, q8, q8 ? nullptr : rows.sums.data() + r * (k / kBlock));
+      if (for_direct) scale_row(row, k, q8, sums ? rows.sums.data() + r * (k / kBlock) : nullptr);
     }
   });
   return rows;

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <vector>
 
+#include "ops.h"
 #include "vec_math.h"
 
 namespace astrai {
@@ -94,6 +95,8 @@ void weighted_values(const float* v_cache, const int64_t* rows, const float* wei
   const float inv = 1.0f / total;
   for (int64_t d = 0; d < dim; ++d) out[d] *= inv;
 }
+
+}  // namespace
 
 at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& positions,
                             const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& k_cache,
@@ -171,8 +174,6 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& positions,
   });
   return out;
 }
-
-}  // namespace
 
 TORCH_LIBRARY_FRAGMENT(astrai, m) {
   m.def(

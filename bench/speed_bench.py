@@ -1,0 +1,178 @@
+"""`make bench`: astrai serve against llama.cpp's own llama-server, same GGUF, same client.
+
+Every system runs in a fresh process, one after the other, driven over HTTP by the same
+closed-loop streaming client (W1 at 1, 8 and 32 streams, W2 at 32) and by Poisson arrivals
+of the mixed workload; the top-1 accuracy of the precision options is measured first.
+Results: <out>/speed.json and <out>/speed.md (docs/BENCHMARKS.md quotes them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.accuracy import top1_agreement
+from bench.engine_bench import isolated
+from bench.loadgen import LoadSpec, run_load
+from bench.measure import RunResult, run_http, worker_memory
+from bench.server import REPO, LlamaServer, Server
+from bench.speed_report import goals_table, mixed_table, runs_table
+from bench.summary import summarize
+from bench.workloads import mixed, w1, w2
+from worker.cpu_info import describe as describe_cpu
+from worker.kernels.plan import kernel_plan
+from worker.model.loader import default_model_path, resolve_model_dir
+
+WORKLOADS = {"W1": w1, "W2": w2}
+MIXED_RATES = (0.5, 1.0, 2.0)
+SLO_TTFT_S, SLO_ITL_S = 1.0, 0.1
+
+
+def sweep(server: Any, label: str, runs: list[tuple[str, int, int]]) -> list[RunResult]:
+    run_http(w1(), 1, 2, "warmup", server)
+    return [run_http(WORKLOADS[name](), c, n, label, server) for name, c, n in runs]
+
+
+def mixed_points(server: Any, num_requests: int) -> list[dict[str, Any]]:
+    """Goodput of the mixed workload at each Poisson arrival rate."""
+    workload = mixed(num_requests)
+    spec = LoadSpec(url=server.url, max_tokens=workload.max_tokens, ignore_eos=False)
+    points = []
+    for rate in MIXED_RATES:
+        records, wall = asyncio.run(
+            run_load(
+                spec,
+                workload.conversations,
+                rate=rate,
+                seed=1,
+                max_tokens_each=workload.max_tokens_each,
+            )
+        )
+        points.append({"rate": rate, **summarize(records, wall, SLO_TTFT_S, SLO_ITL_S)})
+    return points
+
+
+def astrai_runs(
+    label: str, runs: list[tuple[str, int, int]], mixed_requests: int, *serve_args: str
+) -> tuple[list[RunResult], list[dict[str, Any]], dict[str, Any]]:
+    server = Server("serve", *serve_args).wait_ready(timeout_s=600)
+    try:
+        results = sweep(server, label, runs)
+        points = mixed_points(server, mixed_requests) if mixed_requests else []
+        return results, points, worker_memory(server)
+    finally:
+        server.stop()
+
+
+def llama_server_runs(
+    binary: str, runs: list[tuple[str, int, int]], mixed_requests: int
+) -> tuple[list[RunResult], list[dict[str, Any]]]:
+    server = LlamaServer(Path(binary), default_model_path()).wait_ready()
+    try:
+        results = sweep(server, "llama.cpp llama-server", runs)
+        return results, mixed_points(server, mixed_requests)
+    finally:
+        server.stop()
+
+
+def llama_server_binary(requested: str | None) -> str | None:
+    """The binary to compare against: LLAMA_SERVER, or the cached build (built now if need be)."""
+    if requested == "none":
+        return None
+    if requested:
+        return requested
+    script = REPO / "bench" / "build_llama_server.sh"
+    result = subprocess.run([str(script)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        print(f"llama-server could not be built, left out:\n{result.stderr[-2000:]}")
+        return None
+    return result.stdout.strip().splitlines()[-1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("docs/bench"))
+    parser.add_argument("--quick", action="store_true", help="fewer requests, for a smoke run")
+    parser.add_argument(
+        "--llama-server",
+        default=os.environ.get("LLAMA_SERVER"),
+        help="llama-server binary (default: build it with bench/build_llama_server.sh; none: skip)",
+    )
+    args = parser.parse_args()
+    scale = 4 if args.quick else 1
+    n_seq, n_all, n_mixed = 8 // scale, 64 // scale, 48 // scale
+    runs = [("W1", 1, n_seq), ("W1", 8, n_all), ("W1", 32, n_all), ("W2", 32, n_all)]
+    started = time.strftime("%Y-%m-%d %H:%M")
+    binary = llama_server_binary(args.llama_server)
+    accuracy = isolated(
+        top1_agreement,
+        resolve_model_dir(None),
+        {
+            "default (auto: the GGUF's own Q4_1 codes, native kernels)": {
+                "dtype": torch.float32,
+                "quantization": "q4_1",
+                "exact_only": True,
+            },
+            "bfloat16 weights (fp32 residual and head)": {"dtype": torch.bfloat16},
+            "int8 W8A8 (fp32 rest)": {"dtype": torch.float32, "quantization": "int8"},
+            "int4, torch's kernel (bf16 activations)": {
+                "dtype": torch.bfloat16,
+                "quantization": "int4",
+                "float32_copy": False,
+            },
+        },
+    )
+    results: list[RunResult] = []
+    mixed_by_system: dict[str, list[dict[str, Any]]] = {}
+    if binary is not None:
+        peer, mixed_peer = isolated(llama_server_runs, binary, runs, n_mixed)
+        results += peer
+        mixed_by_system["llama.cpp llama-server"] = mixed_peer
+    ours, mixed_ours, memory = isolated(astrai_runs, "astrai serve (defaults)", runs, n_mixed)
+    results += ours
+    mixed_by_system["astrai serve (defaults)"] = mixed_ours
+    float32, _, _ = isolated(
+        astrai_runs, "astrai serve --quantization none", runs[:3], 0, "--quantization", "none"
+    )
+    results += float32
+    machine = {
+        "cpu": describe_cpu(),
+        "torch": torch.__version__,
+        "kernel_plan": kernel_plan().describe(),
+        "llama_server": binary,
+    }
+    tables = [
+        runs_table(results),
+        goals_table(results),
+        mixed_table(mixed_by_system, SLO_TTFT_S, SLO_ITL_S),
+        "| variant | top-1 agreement with float32 |\n|---|---|\n"
+        + "\n".join(f"| {k} | {v:.1%} |" for k, v in accuracy.items() if k != "positions"),
+    ]
+    report = "\n\n".join([f"Run of {started} on {machine['cpu']}", *tables])
+    print(report)
+    args.out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "started": started,
+        "command": "make bench",
+        "machine": machine,
+        "accuracy": accuracy,
+        "worker_memory": memory,
+        "results": [{**asdict(r), "tok_s": r.tok_s} for r in results],
+        "mixed": mixed_by_system,
+        "mixed_slo": {"ttft_s": SLO_TTFT_S, "itl_p95_s": SLO_ITL_S},
+    }
+    (args.out / "speed.json").write_text(json.dumps(record, indent=2))
+    (args.out / "speed.md").write_text(report + "\n")
+
+
+if __name__ == "__main__":
+    main()

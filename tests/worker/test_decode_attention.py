@@ -1,0 +1,103 @@
+"""The fused decode attention: RoPE, the k/v write and attention over paged rows, vs torch."""
+
+import pytest
+import torch
+
+from tests.worker.native import needs_native_kernels
+from worker.model.config import ModelConfig
+from worker.model.rope import apply_rope, rope_tables
+
+pytestmark = needs_native_kernels
+
+H, KVH, D = 6, 2, 16  # three query heads per kv head
+
+
+def tables() -> tuple[torch.Tensor, torch.Tensor]:
+    config = ModelConfig(
+        model_type="llama",
+        vocab_size=8,
+        hidden_size=H * D,
+        intermediate_size=8,
+        num_layers=1,
+        num_heads=H,
+        num_kv_heads=KVH,
+        head_dim=D,
+        max_position_embeddings=64,
+    )
+    return rope_tables(config)
+
+
+def expected_attention(qkv, positions, cos, sin, k_cache, v_cache, read_slots, window):
+    """Per sequence: RoPE'd q against the cache rows 0..p (the new row already written)."""
+    outs = []
+    for b, p in enumerate(positions.tolist()):
+        q = qkv[b, : H * D].view(H, D)
+        q = apply_rope(q[None], cos[p][None, None], sin[p][None, None])[0]
+        first = max(0, p - window + 1) if window else 0
+        rows = read_slots[b, first : p + 1]
+        keys = k_cache[rows].transpose(0, 1).repeat_interleave(H // KVH, 0)  # (H, T, D)
+        values = v_cache[rows].transpose(0, 1).repeat_interleave(H // KVH, 0)
+        weights = torch.softmax((q[:, None, :] * keys).sum(-1) / D**0.5, dim=-1)  # (H, T)
+        outs.append((weights[..., None] * values).sum(1).reshape(H * D))
+    return torch.stack(outs)
+
+
+def paged_case(lengths: list[int], seed: int = 0):
+    """Sequences whose rows are scattered over a 96-row cache, as pages leave them."""
+    g = torch.Generator().manual_seed(seed)
+    k_cache, v_cache = torch.randn(96, KVH, D, generator=g), torch.randn(96, KVH, D, generator=g)
+    order = torch.randperm(96, generator=g)
+    longest = max(lengths)
+    read_slots = torch.stack([order[i * longest : (i + 1) * longest] for i in range(len(lengths))])
+    positions = torch.tensor([n - 1 for n in lengths])
+    write_slots = read_slots[torch.arange(len(lengths)), positions]
+    qkv = torch.randn(len(lengths), (H + 2 * KVH) * D, generator=g)
+    return qkv, positions, k_cache, v_cache, write_slots, read_slots
+
+
+@pytest.mark.parametrize("window", [0, 4])
+def test_matches_torch_over_scattered_rows_and_writes_the_new_rows(window: int):
+    cos, sin = tables()
+    qkv, positions, k_cache, v_cache, write_slots, read_slots = paged_case([1, 7, 19])
+    new_k = apply_rope(
+        qkv[:, H * D : (H + KVH) * D].view(3, KVH, D),
+        cos[positions][:, None],
+        sin[positions][:, None],
+    )
+    new_v = qkv[:, (H + KVH) * D :].view(3, KVH, D)
+
+    out = torch.ops.astrai.decode_attention(
+        qkv, positions, cos, sin, k_cache, v_cache, write_slots, read_slots, H, KVH, window
+    )
+
+    torch.testing.assert_close(k_cache[write_slots], new_k, rtol=1e-6, atol=1e-6)
+    assert torch.equal(v_cache[write_slots], new_v)
+    expected = expected_attention(qkv, positions, cos, sin, k_cache, v_cache, read_slots, window)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_rows_outside_the_cache_or_the_tables_are_refused_before_any_write():
+    cos, sin = tables()
+    qkv, positions, k_cache, v_cache, write_slots, read_slots = paged_case([5])
+    before = k_cache.clone()
+    bad_reads = read_slots.clone()
+    bad_reads[0, 2] = 96
+    with pytest.raises(RuntimeError, match="read slot outside the cache"):
+        torch.ops.astrai.decode_attention(
+            qkv, positions, cos, sin, k_cache, v_cache, write_slots, bad_reads, H, KVH, 0
+        )
+    with pytest.raises(RuntimeError, match="write slot"):
+        torch.ops.astrai.decode_attention(
+            qkv, positions, cos, sin, k_cache, v_cache, write_slots + 200, read_slots, H, KVH, 0
+        )
+    with pytest.raises(RuntimeError, match="outside the read slots"):
+        torch.ops.astrai.decode_attention(
+            qkv, positions + 10, cos, sin, k_cache, v_cache, write_slots, read_slots, H, KVH, 0
+        )
+    assert torch.equal(k_cache, before)
+
+
+def test_silu_mul_is_silu_of_the_gate_times_up():
+    gate_up = torch.randn(3, 40) * 4
+    expected = torch.nn.functional.silu(gate_up[:, :20]) * gate_up[:, 20:]
+    torch.testing.assert_close(torch.ops.astrai.silu_mul(gate_up), expected, rtol=1e-6, atol=1e-6)

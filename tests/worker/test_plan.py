@@ -1,0 +1,46 @@
+"""The kernel probe: a valid plan measured here, cached per CPU, read back as it was written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from worker.kernels import plan as plan_module
+from worker.kernels.build import native_kernels_available
+from worker.kernels.plan import FLOAT32_LAYOUTS, PANEL_CANDIDATE_ROWS, KernelPlan, measure
+
+
+def test_measure_picks_among_the_candidates_and_records_what_it_timed():
+    plan = measure()
+    assert plan.float32_layout in FLOAT32_LAYOUTS
+    assert plan.panel_rows in (0, *PANEL_CANDIDATE_ROWS)
+    assert all(ms > 0 for ms in plan.measured_ms.values())
+    assert "float32 mm 1 rows" in plan.measured_ms
+    if native_kernels_available():
+        assert "q4_1 direct 8 rows" in plan.measured_ms
+    assert plan.describe().startswith("block panel kernel")
+
+
+def test_the_plan_is_measured_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path))
+    measured = []
+    fixed = KernelPlan(24, "linear", {"float32 linear 1 rows": 1.5})
+    monkeypatch.setattr(plan_module, "measure", lambda: measured.append(1) or fixed)
+    plan_module.kernel_plan.cache_clear()
+    try:
+        first = plan_module.kernel_plan()
+        plan_module.kernel_plan.cache_clear()
+        second = plan_module.kernel_plan()
+    finally:
+        plan_module.kernel_plan.cache_clear()
+    assert first == second == fixed
+    assert second.measured_ms == fixed.measured_ms
+    assert measured == [1]
+    (saved,) = (tmp_path / "kernels").glob("plan-*.json")
+    assert json.loads(saved.read_text())["float32_layout"] == "linear"
+
+
+def test_an_unknown_layout_is_refused():
+    with pytest.raises(ValueError, match="float32_layout"):
+        KernelPlan(16, "blas")

@@ -1,0 +1,25 @@
+// The native operators as C++ functions, for the ones that call others (decode_layers.cpp).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace astrai {
+
+// out = prologue(x) @ weight.T (+ bias) (+ residual); kQ8: Q8_0 records, else Q4_1.
+template <bool kQ8>
+at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t out_features,
+                        const c10::optional<at::Tensor>& bias,
+                        const c10::optional<at::Tensor>& residual,
+                        const c10::optional<at::Tensor>& norm_weight, double eps, bool gated,
+                        int64_t panel_rows);
+
+at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& positions,
+                            const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& k_cache,
+                            const at::Tensor& v_cache, const at::Tensor& write_slots,
+                            const at::Tensor& read_slots, int64_t num_heads, int64_t num_kv_heads,
+                            int64_t window);
+
+}  // namespace astrai

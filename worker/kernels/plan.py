@@ -1,0 +1,146 @@
+"""KernelPlan: which matmul kernels and layouts this CPU runs fastest, measured once and cached.
+
+Instruction-set flags decide what can run (worker/cpu_info.py, worker/kernels/build.py); they
+do not decide what runs fastest: the same float32 matmul layout was 1.4x faster on an AVX-512
+Xeon and 2.5x slower on an AVX2 EPYC. So a short probe (well under a second) times the
+candidates on shapes of the default model, and the choice is cached per CPU signature and
+torch version under `<cache>/kernels/`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from worker.cpu_info import cpu_signature
+from worker.kernels.build import native_kernels_available
+from worker.paths import cache_root
+
+log = logging.getLogger(__name__)
+
+PLAN_VERSION = 1
+FLOAT32_LAYOUTS = ("mm", "linear", "mkldnn")
+PANEL_CANDIDATE_ROWS = (8, 16, 24, 32, 48, 64)
+_BLOCK_SHAPE = (1536, 576)  # (out, in): the default model's MLP halves
+# Float32 layouts differ most when the weight streams from memory, as an output layer's does:
+# 38 MB, more than the last-level caches of the CPUs this runs on.
+_FLOAT32_SHAPE = (16384, 576)
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    # Block matmuls of this many rows or more take the panel kernel; 0: never.
+    panel_rows: int = 16
+    # Float32 linear layers: "mm" (x @ w.T stored transposed), "linear" (F.linear) or
+    # "mkldnn" (oneDNN's packed weight).
+    float32_layout: str = "mm"
+    measured_ms: dict[str, float] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.float32_layout not in FLOAT32_LAYOUTS:
+            raise ValueError(
+                f"float32_layout must be one of {FLOAT32_LAYOUTS}, got {self.float32_layout!r}"
+            )
+
+    def describe(self) -> str:
+        panel = f"from {self.panel_rows} rows" if self.panel_rows else "never"
+        return f"block panel kernel {panel}; float32 layers as {self.float32_layout}"
+
+
+def _best_ms(run: Callable[[], object], repeats: int = 5, calls: int = 3) -> float:
+    run()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            run()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best * 1e3
+
+
+def _float32_candidates(weight: torch.Tensor) -> dict[str, Callable[[torch.Tensor], object]]:
+    transposed = weight.t().contiguous()
+    candidates: dict[str, Callable[[torch.Tensor], object]] = {
+        "mm": lambda x: torch.mm(x, transposed),
+        "linear": lambda x: F.linear(x, weight),
+    }
+    if mkldnn_float32_available():
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+        candidates["mkldnn"] = lambda x: torch.ops.mkldnn._linear_pointwise(
+            x, packed, None, "none", [], ""
+        )
+    return candidates
+
+
+def mkldnn_float32_available() -> bool:
+    return hasattr(torch.ops.mkldnn, "_linear_pointwise") and torch.backends.mkldnn.is_available()
+
+
+@torch.inference_mode()
+def measure() -> KernelPlan:
+    """Time the candidates here and now (on the calling thread, with its torch threads)."""
+    measured: dict[str, float] = {}
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.full(_FLOAT32_SHAPE, 0.01)
+    scores: dict[str, float] = {}
+    for rows in (1, 8):
+        x = torch.randn(rows, _FLOAT32_SHAPE[1], generator=generator)
+        times = {
+            name: _best_ms(functools.partial(f, x), repeats=3, calls=1)
+            for name, f in _float32_candidates(weight).items()
+        }
+        for name, ms in times.items():
+            measured[f"float32 {name} {rows} rows"] = ms
+            # Relative to the best at this size, so one row and a batch weigh the same.
+            scores[name] = scores.get(name, 0.0) + ms / min(times.values())
+    layout = min(scores, key=scores.__getitem__)
+    panel_rows = 0
+    if native_kernels_available():
+        from worker.model.block_linear import BlockLinear, pack_blocks
+
+        packed = pack_blocks(torch.randn(_BLOCK_SHAPE, generator=generator) * 0.05, "q4_1")
+        direct, panel = BlockLinear(packed, None, "q4_1", 0), BlockLinear(packed, None, "q4_1", 1)
+        for rows in PANEL_CANDIDATE_ROWS:
+            x = torch.randn(rows, _BLOCK_SHAPE[1], generator=generator)
+            direct_ms = _best_ms(functools.partial(direct, x))
+            panel_ms = _best_ms(functools.partial(panel, x))
+            measured[f"q4_1 direct {rows} rows"] = direct_ms
+            measured[f"q4_1 panel {rows} rows"] = panel_ms
+            if panel_ms < 0.95 * direct_ms:
+                panel_rows = rows
+                break
+    return KernelPlan(panel_rows, layout, measured)
+
+
+def _plan_file() -> Path:
+    key = f"{PLAN_VERSION}|{cpu_signature()}|{torch.__version__}|{native_kernels_available()}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return cache_root() / "kernels" / f"plan-{digest}.json"
+
+
+@functools.cache
+def kernel_plan() -> KernelPlan:
+    """This CPU's plan: from the cache, or measured now (once per CPU and torch version)."""
+    path = _plan_file()
+    try:
+        data = json.loads(path.read_text())
+        return KernelPlan(data["panel_rows"], data["float32_layout"], data["measured_ms"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    start = time.monotonic()
+    plan = measure()
+    log.info("measured this CPU's kernels in %.1f s: %s", time.monotonic() - start, plan.describe())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_suffix(f".{time.monotonic_ns()}.tmp")
+    staging.write_text(json.dumps(asdict(plan), indent=2))
+    staging.replace(path)  # atomic: workers starting together never read half a file
+    return plan
