@@ -45,6 +45,10 @@ class Server:
         argv += ["--port", str(self.port), *args]
         if command == "serve":
             argv += ["--workers", str(workers)]
+            # bench/gpu_check.sh runs the end-to-end tests with their workers on a GPU.
+            device = os.environ.get("ASTRAI_TEST_DEVICE")
+            if device and "--device" not in args:
+                argv += ["--device", device]
         else:
             argv += ["--worker-bind", self.worker_bind]
         self.log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
@@ -139,6 +143,9 @@ class WorkerProcess:
         self.worker_id = worker_id
         argv = [sys.executable, "-m", "common.cli", "--log-level", "warning", "worker"]
         argv += ["--gateway", gateway, "--worker-id", worker_id, "--threads", "1", *args]
+        device = os.environ.get("ASTRAI_TEST_DEVICE")
+        if device and "--device" not in args:
+            argv += ["--device", device]
         self.log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             argv, cwd=REPO, start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT

@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from bench.measure import RunResult, run_http, worker_memory
 from bench.server import REPO, LlamaServer, Server
 from bench.speed_report import goals_table, mixed_table, runs_table
 from bench.summary import summarize
-from bench.workloads import mixed, w1, w2
+from bench.workloads import TENANTS, mixed, tenant_system_prompt, w1, w2
 from worker.cpu_info import describe as describe_cpu
 from worker.kernels.plan import kernel_plan
 from worker.model.loader import default_model_path, resolve_model_dir
@@ -43,9 +43,18 @@ def sweep(server: Any, label: str, runs: list[tuple[str, int, int]]) -> list[Run
 
 
 def mixed_points(server: Any, num_requests: int) -> list[dict[str, Any]]:
-    """Goodput of the mixed workload at each Poisson arrival rate."""
+    """Goodput of the mixed workload at each Poisson arrival rate, in steady state: each
+    tenant's system prompt is served once first, as a running service would have."""
     workload = mixed(num_requests)
     spec = LoadSpec(url=server.url, max_tokens=workload.max_tokens, ignore_eos=False)
+    tenants = [
+        [
+            {"role": "system", "content": tenant_system_prompt(*t)},
+            {"role": "user", "content": "Hello."},
+        ]
+        for t in TENANTS
+    ]
+    asyncio.run(run_load(replace(spec, max_tokens=1), tenants, concurrency=1))
     points = []
     for rate in MIXED_RATES:
         records, wall = asyncio.run(

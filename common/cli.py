@@ -37,6 +37,11 @@ def _gateway_args(parser: argparse.ArgumentParser) -> None:
 def _engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="HF folder or .gguf (default: SmolLM2-135M)")
     parser.add_argument("--served-model-name", default=None, help="name clients use for it")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu, cuda or cuda:K (astrai serve: cuda puts worker i on cuda:i)",
+    )
     parser.add_argument("--dtype", default="auto", choices=DTYPES)
     parser.add_argument("--kv-cache-mb", type=int, default=1024)
     parser.add_argument("--max-seqs", type=int, default=64)
@@ -81,7 +86,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--gateway", default=DEFAULT_WORKER_BIND, help="the gateway's worker socket"
     )
     _engine_args(worker)
-    worker.add_argument("--device", default="cpu", help="cpu, cuda or cuda:K")
     worker.add_argument("--worker-id", default=None)
     worker.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     worker.add_argument(

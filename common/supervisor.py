@@ -127,6 +127,8 @@ def run_serve(args: argparse.Namespace) -> int:
     for i in range(args.workers):
         worker_argv = ["--log-level", args.log_level, "worker", "--gateway", worker_bind]
         worker_argv += ["--worker-id", f"worker-{i}", "--threads", str(threads)]
+        device = f"cuda:{i}" if args.device == "cuda" and args.workers > 1 else args.device
+        worker_argv += ["--device", device]
         if args.curve_secret_key is not None:  # its public half is in the same file
             worker_argv += ["--curve-server-key", args.curve_secret_key]
         worker_argvs.append(worker_argv + _engine_argv(args))

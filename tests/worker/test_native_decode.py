@@ -27,13 +27,21 @@ from worker.model.loader import load_model
 pytestmark = needs_native_kernels
 
 
-@pytest.mark.parametrize("quantization", [None, "q4_1"])
+# None: float layers, one native call per op; "q4_1": every layer in one astrai::decode_layers
+# call; "q4_1 per layer": the same blocks, one call per op from Python.
+@pytest.mark.parametrize("quantization", [None, "q4_1", "q4_1 per layer"])
 @pytest.mark.parametrize("arch", list(ARCHITECTURES))
 def test_decode_steps_equal_the_reference_forward(arch: str, quantization: str | None, tmp_path):
     folder = save_hf(hf_model(arch), tmp_path)
-    model = load_model(folder, torch.float32, torch.device("cpu"), quantization=quantization)
+    blocks = quantization is not None
+    model = load_model(
+        folder, torch.float32, torch.device("cpu"), quantization="q4_1" if blocks else None
+    )
     assert model.native_decode
-    assert isinstance(model.layers[0].mlp.down_proj, BlockLinear) == (quantization == "q4_1")
+    assert isinstance(model.layers[0].mlp.down_proj, BlockLinear) == blocks
+    assert (model.stacked_blocks is not None) == blocks
+    if quantization == "q4_1 per layer":
+        model.stacked_blocks = None
     seqs = [random_tokens(n, seed=40 + n) for n in (5, 11, 2)]
     cache = new_cache(model.config, len(seqs))
     run(model, cache, *prefill_batch(model.config, [Chunk(s, t) for s, t in enumerate(seqs)]))

@@ -87,13 +87,22 @@ def _compile(compiler: str, sources: list[Path], target: Path) -> None:
         raise KernelBuildError(f"linking the kernels failed:\n{result.stderr[-4000:]}")
 
 
-def build_library() -> Path:
-    """The cached library for this CPU, compiled first if needed; KernelBuildError if it can't."""
+@functools.cache
+def build_key() -> str | None:
+    """What the library is keyed by (CPU, torch, compiler, sources); None without a compiler."""
     compiler = _compiler()
     if compiler is None:
+        return None
+    return _build_key(compiler, sorted(SOURCES.glob("*.[ch]*")))
+
+
+def build_library() -> Path:
+    """The cached library for this CPU, compiled first if needed; KernelBuildError if it can't."""
+    compiler, key = _compiler(), build_key()
+    if compiler is None or key is None:
         raise KernelBuildError("no C++ compiler found (set CXX, or install g++)")
     sources = sorted(SOURCES.glob("*.cpp"))
-    folder = cache_root() / "kernels" / _build_key(compiler, sorted(SOURCES.glob("*.[ch]*")))
+    folder = cache_root() / "kernels" / key
     library = folder / LIBRARY_NAME
     if library.is_file():
         return library

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from worker.cpu_info import cpu_signature
-from worker.kernels.build import native_kernels_available
+from worker.kernels.build import build_key, native_kernels_available
 from worker.paths import cache_root
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,9 @@ def measure() -> KernelPlan:
 
 
 def _plan_file() -> Path:
-    key = f"{PLAN_VERSION}|{cpu_signature()}|{torch.__version__}|{native_kernels_available()}"
+    # The kernels' build key covers their sources too: changed kernels are measured again.
+    kernels = build_key() if native_kernels_available() else "none"
+    key = f"{PLAN_VERSION}|{cpu_signature()}|{torch.__version__}|{kernels}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_root() / "kernels" / f"plan-{digest}.json"
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "gil.h"
 #include "ops.h"
 
 namespace astrai {
@@ -39,6 +40,7 @@ at::Tensor decode_layers(const at::Tensor& x, at::TensorList qkv, at::TensorList
   const int64_t hidden = x.size(1);
   const int64_t head_dim = k_caches.empty() ? 0 : k_caches[0].size(2);
   const int64_t qkv_out = (num_heads + 2 * num_kv_heads) * head_dim;
+  const ReleasedGil released;
   at::Tensor h = x;
   for (size_t l = 0; l < layers; ++l) {
     const int64_t intermediate = down[l].size(1) * 32;

@@ -38,12 +38,22 @@ void direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int6
   const int64_t stride = tiles * kTile;
   // Chunks of ~32 KB of weights: small enough to balance, large enough to stream.
   const int64_t chunk = std::max<int64_t>(1, 32768 / (blocks * record));
-  for (int64_t panel = 0; panel < m; panel += kPanelRows) {
-    const int64_t end_row = std::min(m, panel + kPanelRows);
-    parallel_chunks(tiles, chunk, [&](int64_t begin, int64_t end) {
-      for (int64_t t = begin; t < end; ++t) {
-        tile_rows<kQ8>(w + t * blocks * record, rows, panel, end_row, blocks, out + t * kTile,
-                       stride);
+  const int64_t run = blocks * record;
+  // Tiles in pairs share each input's broadcast, which bounds the kernel from 2 rows on; one
+  // row is memory bound instead, and one sequential stream of records suits it better.
+  const int64_t width = m == 1 ? 1 : 2;
+  const int64_t groups = (tiles + width - 1) / width;
+  for (int64_t pass = 0; pass < m; pass += kPanelRows) {
+    const int64_t end_row = std::min(m, pass + kPanelRows);
+    parallel_chunks(groups, std::max<int64_t>(1, chunk / width), [&](int64_t begin, int64_t end) {
+      for (int64_t g = begin; g < end; ++g) {
+        const int64_t t = width * g;
+        float* o = out + t * kTile;
+        if (width == 2 && t + 1 < tiles) {
+          tile_rows<kQ8, 2>(w + t * run, run, rows, pass, end_row, blocks, o, stride);
+        } else {
+          tile_rows<kQ8, 1>(w + t * run, run, rows, pass, end_row, blocks, o, stride);
+        }
       }
     });
   }
