@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import queue
@@ -16,21 +15,11 @@ from typing import Any
 import torch
 
 from worker.compiled_decode import CompiledDecode
-from worker.cpu_info import describe as describe_cpu
 from worker.engine_options import EngineOptions
 from worker.errors import RequestError
-from worker.kernels.build import native_kernels_available
-from worker.kernels.plan import KernelPlan, kernel_plan
-from worker.kv.base import KVCache, KVStorage
-from worker.kv.contiguous import ContiguousCache
-from worker.kv.paged import PageCache
-from worker.model.loader import (
-    load_config,
-    load_model,
-    resolve_dtype,
-    resolve_model_dir,
-    resolve_quantization,
-)
+from worker.kv.factory import build_cache
+from worker.machine_choices import MachineChoices
+from worker.model.loader import load_config, load_model, resolve_model_dir
 from worker.postprocess import OutputProcessor
 from worker.request import GenerationRequest, Prompt, RequestFactory
 from worker.runner import ModelRunner
@@ -93,25 +82,20 @@ class InferenceEngine:
         self.model_dir = resolve_model_dir(model)
         config = load_config(self.model_dir)
         self.config = config
-        quantization, exact_only = resolve_quantization(opts.quantization, self.model_dir, device)
-        self.quantization = quantization
-        self.dtype = resolve_dtype(opts.dtype, device, quantization)
-        plan = kernel_plan() if device.type == "cpu" else None
-        if plan is not None and opts.compile and plan.float32_layout == "mkldnn":
-            # torch.compile cannot trace oneDNN's packed weights; the next best layout.
-            plan = dataclasses.replace(plan, float32_layout="mm")
+        choices = MachineChoices.resolve(opts, self.model_dir)
+        self.quantization, self.dtype = choices.quantization, choices.dtype
         self.model = load_model(
             self.model_dir,
             self.dtype,
             device,
-            quantization=quantization,
-            exact_only=exact_only,
-            plan=plan,
+            quantization=choices.quantization,
+            exact_only=choices.exact_only,
+            plan=choices.plan,
         )
-        log.info("%s", describe_choices(device, self.dtype, quantization, exact_only, plan))
+        log.info("%s", choices.describe())
         self.tokenizer = Tokenizer(self.model_dir, config.eos_token_ids)
         context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
-        self.cache = self._build_cache(context, device)
+        self.cache = build_cache(opts, config, self.dtype, device, context)
         self.max_model_len = min(context, self.cache.max_tokens_per_seq)
         self.requests = RequestFactory(self.tokenizer, self.max_model_len)
         compiled = None
@@ -124,28 +108,6 @@ class InferenceEngine:
             OutputProcessor(self.tokenizer),
             SchedulerConfig(max_seqs=opts.max_seqs, prefill_token_budget=opts.prefill_token_budget),
         )
-
-    def _build_cache(self, context: int, device: torch.device) -> KVCache:
-        opts, config = self.options, self.config
-        bytes_per_token = (
-            2 * config.num_layers * config.num_kv_heads * config.head_dim * self.dtype.itemsize
-        )
-        budget_tokens = opts.kv_cache_mb * (1 << 20) // bytes_per_token
-        shape = (config.num_layers, config.num_kv_heads, config.head_dim)
-        if opts.kv_cache == "contiguous":
-            num_slots = min(opts.max_seqs, budget_tokens // context)
-            if num_slots < 1:
-                raise ValueError(
-                    f"kv_cache_mb {opts.kv_cache_mb} cannot hold one sequence of {context} "
-                    "tokens; raise kv_cache_mb or lower max_model_len"
-                )
-            storage = KVStorage(shape[0], num_slots, context, *shape[1:], self.dtype, device)
-            return ContiguousCache(storage)
-        num_pages = budget_tokens // opts.page_size
-        if num_pages < 2:
-            raise ValueError(f"kv_cache_mb {opts.kv_cache_mb} holds fewer than 2 pages")
-        storage = KVStorage(shape[0], num_pages, opts.page_size, *shape[1:], self.dtype, device)
-        return PageCache(storage, opts.page_size, context, opts.enable_prefix_caching)
 
     # -- submitting -----------------------------------------------------------------------
     def submit(
@@ -297,27 +259,6 @@ class InferenceEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
-
-
-def describe_choices(
-    device: torch.device,
-    dtype: torch.dtype,
-    quantization: str | None,
-    exact_only: bool,
-    plan: KernelPlan | None,
-) -> str:
-    """The startup line that says which kernels and layouts this machine got, and why."""
-    if device.type != "cpu":
-        return f"device {device}, {dtype}, quantization {quantization or 'none'}"
-    weights = {
-        None: f"{dtype} weights",
-        "q4_1": "the file's own Q4_1 codes" if exact_only else "Q4_1 blocks (requantized)",
-        "int4": "int4 (torch's kernel)",
-        "int8": "int8 W8A8",
-    }[quantization]
-    native = "native kernels built for it" if native_kernels_available() else "torch's kernels"
-    choices = f"; {plan.describe()}" if plan is not None else ""
-    return f"CPU {describe_cpu()}: {weights}, {native}{choices}"
 
 
 def _put_tagged(merged: queue.Queue[tuple[int, TokenEvent]], index: int, event: TokenEvent) -> None:

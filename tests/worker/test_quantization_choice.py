@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -11,7 +13,12 @@ from worker.kernels.layout import pack_q4_1
 from worker.model import loader
 from worker.model.block_linear import BlockLinear
 from worker.model.linear import PackedLinear
-from worker.model.loader import load_model, resolve_dtype, resolve_quantization
+from worker.model.loader import (
+    load_model,
+    resolve_dtype,
+    resolve_model_dir,
+    resolve_quantization,
+)
 
 CPU = torch.device("cpu")
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -75,3 +82,26 @@ def test_q4_1_without_the_kernels_is_refused_up_front(tmp_path, monkeypatch):
 def test_none_means_float_weights(requested, tmp_path):
     assert resolve_quantization(requested, tmp_path, CPU) == (None, False)
     assert resolve_quantization("int4", tmp_path, CPU) == ("int4", False)
+
+
+@needs_native_kernels
+def test_the_engine_says_at_startup_what_this_cpu_got(tmp_path, caplog):
+    import logging
+
+    from worker.cpu_info import kernel_flags
+    from worker.engine import InferenceEngine
+
+    folder = q4_1_folder(tmp_path)
+    default = resolve_model_dir(None)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (default / name).is_file():
+            shutil.copy(default / name, folder / name)
+    with (
+        caplog.at_level(logging.INFO, logger="worker.engine"),
+        InferenceEngine(folder, kv_cache_mb=16) as engine,
+    ):
+        assert engine.quantization == "q4_1"
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("CPU ")]
+    assert "the file's own Q4_1 codes" in line and "native kernels built for it" in line
+    assert "block panel kernel" in line and "float32 layers as" in line
+    assert all(flag in line for flag in kernel_flags())
