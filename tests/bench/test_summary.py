@@ -27,3 +27,16 @@ def test_summary_counts_errors_and_goodput():
     assert summary["ttft_s"]["mean"] == 1.05
     assert summary["itl_s"]["p50"] == 0.1
     assert summary["error_samples"] == ["HTTP 503: no worker"]
+
+
+def test_the_itl_slo_holds_for_95_percent_of_a_requests_gaps():
+    def with_gaps(gaps: list[float]) -> RequestRecord:
+        times = [0.1]
+        for gap in gaps:
+            times.append(times[-1] + gap)
+        return RequestRecord(True, 0.0, ttft=0.1, latency=times[-1], token_times=times)
+
+    one_stall = with_gaps([0.05] * 19 + [0.5])  # 1 slow gap in 20: p95 is still 50 ms
+    two_stalls = with_gaps([0.05] * 18 + [0.5, 0.5])  # 2 in 20: p95 is 500 ms
+    summary = summarize([one_stall, two_stalls], wall_s=1.0, slo_ttft_s=1.0, slo_itl_s=0.1)
+    assert summary["goodput_req_s"] == 1.0
