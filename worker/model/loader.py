@@ -123,7 +123,6 @@ def resolve_quantization(
         return requested, False
     if device.type != "cpu" or not native_kernels_available():
         return None, False
-    config = load_config(model_dir)
     name = "model.layers.0.self_attn.q_proj.weight"
     for file in sorted(model_dir.glob("*.safetensors")):
         with safe_open(str(file), framework="pt") as handle:
@@ -132,7 +131,7 @@ def resolve_quantization(
                 break
     else:
         return None, False
-    on_grid = weight.shape[1] % 32 == 0 and config.hidden_size % 32 == 0
+    on_grid = weight.shape[1] % 32 == 0
     on_grid = on_grid and torch.equal(pack_blocks(weight, "q4_1").dequantized, weight)
     return ("q4_1", True) if on_grid else (None, False)
 
