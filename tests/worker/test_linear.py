@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from worker.kernels.plan import FLOAT32_LAYOUTS, mkldnn_float32_available
+from worker.kernels.plan import FLOAT32_LAYOUTS
 from worker.model.linear import FLOAT32_FROM_ROWS, PackedLinear, mkldnn_linear_supports
 
 
@@ -12,7 +12,7 @@ from worker.model.linear import FLOAT32_FROM_ROWS, PackedLinear, mkldnn_linear_s
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("rows", [1, 7, 32])
 def test_float32_matches_nn_linear_in_every_layout(bias: bool, rows: int, layout: str):
-    if layout == "mkldnn" and not mkldnn_float32_available():
+    if layout == "mkldnn" and not mkldnn_linear_supports(torch.float32):
         pytest.skip("this torch build has no oneDNN packed linear")
     torch.manual_seed(rows)
     linear = nn.Linear(24, 40, bias=bias)

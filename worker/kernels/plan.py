@@ -19,10 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from worker.cpu_info import cpu_signature
 from worker.kernels.build import build_key, native_kernels_available
+from worker.model.linear import PackedLinear, mkldnn_linear_supports
 from worker.paths import cache_root
 
 log = logging.getLogger(__name__)
@@ -67,22 +67,13 @@ def _best_ms(run: Callable[[], object], repeats: int = 5, calls: int = 3) -> flo
     return best * 1e3
 
 
-def _float32_candidates(weight: torch.Tensor) -> dict[str, Callable[[torch.Tensor], object]]:
-    transposed = weight.t().contiguous()
-    candidates: dict[str, Callable[[torch.Tensor], object]] = {
-        "mm": lambda x: torch.mm(x, transposed),
-        "linear": lambda x: F.linear(x, weight),
+def _float32_candidates(weight: torch.Tensor) -> dict[str, PackedLinear]:
+    """One PackedLinear per float32 layout this torch build has."""
+    return {
+        layout: PackedLinear(weight, None, float32_layout=layout)
+        for layout in FLOAT32_LAYOUTS
+        if layout != "mkldnn" or mkldnn_linear_supports(torch.float32)
     }
-    if mkldnn_float32_available():
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
-        candidates["mkldnn"] = lambda x: torch.ops.mkldnn._linear_pointwise(
-            x, packed, None, "none", [], ""
-        )
-    return candidates
-
-
-def mkldnn_float32_available() -> bool:
-    return hasattr(torch.ops.mkldnn, "_linear_pointwise") and torch.backends.mkldnn.is_available()
 
 
 @torch.inference_mode()

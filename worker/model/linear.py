@@ -10,8 +10,9 @@ from torch import nn
 def mkldnn_linear_supports(dtype: torch.dtype) -> bool:
     """Whether oneDNN's packed linear takes this dtype on this CPU.
 
-    Its bf16 and fp16 paths need AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT; elsewhere they
-    raise at packing time, so a plain AVX2 CPU takes F.linear, which works anywhere.
+    Float32 wherever torch has oneDNN. Its bf16 and fp16 paths need AVX-512 (BW, VL, DQ) or
+    AVX-NE-CONVERT; elsewhere they raise at packing time, so a plain AVX2 CPU takes F.linear,
+    which works anywhere.
     """
     if not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
         return False
@@ -21,7 +22,7 @@ def mkldnn_linear_supports(dtype: torch.dtype) -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     if dtype == torch.float16:
         return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-    return False
+    return dtype == torch.float32
 
 
 # From this many rows on, a bf16 layer on the CPU multiplies in float32 when it keeps a
