@@ -4,7 +4,8 @@ Times the 120 layer matmuls (30 layers x qkv, o, gate/up, down, with the default
 shapes and distinct weights, so they stream from memory as in a real step) and the output
 layer, for several row counts, through: the native Q4_1/Q8_0 block kernels (direct and
 panel), torch's int4 kernel (bf16 activations) and float32 in the layouts PackedLinear knows.
-Best of 5 repeats; milliseconds per step.
+Best of 5 repeats; milliseconds per step. Then the decode attention of the 30 layers
+(`astrai::decode_attention`) over paged caches of 200 keys per sequence.
 """
 
 from __future__ import annotations
@@ -34,6 +35,33 @@ def best_ms(run: Callable[[], object], repeats: int = 5) -> float:
         run()
         best = min(best, time.perf_counter() - start)
     return best * 1e3
+
+
+def attention_ms(rows: int, keys: int = 200, page: int = 16) -> float:
+    """30 layers of decode attention, each sequence's `keys` rows on scattered pages."""
+    heads, kv_heads, dim = 9, 3, 64  # the default model's
+    pages = rows * keys // page + 1
+    generator = torch.Generator().manual_seed(0)
+    caches = [
+        (torch.randn(4 * pages * page, kv_heads, dim), torch.randn(4 * pages * page, kv_heads, dim))
+        for _ in range(LAYERS)
+    ]
+    order = torch.randperm(4 * pages, generator=generator)[: rows * (keys // page + 1)]
+    table = order.view(rows, -1)
+    positions = torch.arange(keys)
+    read_slots = table[:, positions // page] * page + positions % page
+    write_slots = read_slots[:, -1].clone()
+    last = torch.full((rows,), keys - 1)
+    qkv = torch.randn(rows, (heads + 2 * kv_heads) * dim, generator=generator)
+    cos, sin = torch.randn(keys, dim), torch.randn(keys, dim)
+
+    def step() -> None:
+        for k, v in caches:
+            torch.ops.astrai.decode_attention(
+                qkv, last, cos, sin, k, v, write_slots, read_slots, heads, kv_heads, 0
+            )
+
+    return best_ms(step)
 
 
 def variants(weights: list[torch.Tensor], head: torch.Tensor) -> dict[str, tuple[list, object]]:
@@ -76,6 +104,10 @@ def main() -> None:
             layer_ms = best_ms(lambda i=inputs, ls=layers: [m(i[m.in_features]) for m in ls])
             head_ms = best_ms(lambda i=inputs, h=head_layer: h(i[576]))
             print(f"| {name} | {rows} | {layer_ms:.2f} | {head_ms:.2f} |", flush=True)
+    if native_kernels_available():
+        print("\n| decode attention, 30 layers, 200 keys | rows | ms |\n|---|---|---|")
+        for rows in (int(r) for r in args.rows.split(",")):
+            print(f"| native | {rows} | {attention_ms(rows):.2f} |", flush=True)
 
 
 if __name__ == "__main__":

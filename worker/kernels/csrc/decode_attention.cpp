@@ -4,15 +4,14 @@
 // Why: done with torch ops this is ~15 dispatches per layer and a gather that copies every
 // sequence's whole context into one padded tensor each step (B x T x heads x dim floats per
 // layer, the largest memory traffic of a batch-32 step after the weights). Here the keys and
-// values are read in place through the slot table, and a kv head's rows are loaded once for
-// all the query heads of its group.
+// values are read in place through the slot table, one query head per work item (a kv head's
+// rows, read again by each head of its group, are in L2 by then).
 //
 // Shapes: qkv (B, (H + 2 KVH) * D) float32, one new token per sequence: q heads, k heads,
 // v heads. positions (B,): the new token's position p; it attends to keys 0..p (or the last
 // `window` of them), whose cache rows are read_slots[b, 0..p]. k_cache / v_cache
 // (slots, KVH, D) float32. cos / sin (positions, D): rotate-half tables, halves duplicated.
 
-#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "ops.h"
+#include "parallel.h"
 #include "vec_math.h"
 
 namespace astrai {
@@ -36,22 +36,50 @@ void rope(const float* x, const float* cos, const float* sin, int64_t dim, float
   }
 }
 
-float dot(const float* a, const float* b, int64_t n) {
 #if defined(__AVX2__)
-  if (n % 8 == 0) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-      acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-      acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+// Rows are read through the slot table, a page at a time, each kv head's part of a row apart
+// from the next row's: asked for this many keys ahead, they are in L1 when their turn comes.
+constexpr int64_t kAhead = 8;
+
+inline void prefetch_row(const float* row, int64_t floats) {
+  for (int64_t f = 0; f < floats; f += 16) {
+    _mm_prefetch(reinterpret_cast<const char*>(row + f), _MM_HINT_T0);
+  }
+}
+#endif
+
+// scores[t] = scale * (q . k_cache[rows[t], head]) for t in [0, n).
+void head_scores(const float* q, const float* k_head, const int64_t* rows, int64_t n,
+                 int64_t row_stride, int64_t dim, float scale, float* scores) {
+  int64_t t = 0;
+#if defined(__AVX2__)
+  if (dim % 8 == 0) {
+    // Four keys at a time share each load of q, and one horizontal reduction gives all four
+    // scores: one reduction per key cost as much as the key's multiplications at 64 dims.
+    for (; t + 4 <= n; t += 4) {
+      const float* k[4];
+      __m256 acc[4];
+      for (int j = 0; j < 4; ++j) {
+        k[j] = k_head + rows[t + j] * row_stride;
+        acc[j] = _mm256_setzero_ps();
+        if (t + j + kAhead < n) prefetch_row(k_head + rows[t + j + kAhead] * row_stride, dim);
+      }
+      for (int64_t d = 0; d < dim; d += 8) {
+        const __m256 qd = _mm256_loadu_ps(q + d);
+        for (int j = 0; j < 4; ++j) acc[j] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k[j] + d), acc[j]);
+      }
+      const __m256 pairs = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+      const __m128 four = _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1));
+      _mm_storeu_ps(scores + t, _mm_mul_ps(four, _mm_set1_ps(scale)));
     }
-    if (i < n) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    return hsum(_mm256_add_ps(acc0, acc1));
   }
 #endif
-  float total = 0.0f;
-  for (int64_t i = 0; i < n; ++i) total += a[i] * b[i];
-  return total;
+  for (; t < n; ++t) {
+    const float* k = k_head + rows[t] * row_stride;
+    float total = 0.0f;
+    for (int64_t d = 0; d < dim; ++d) total += q[d] * k[d];
+    scores[t] = scale * total;
+  }
 }
 
 // scores[0..n) ← exp(scores - max); returns their sum.
@@ -77,23 +105,39 @@ float softmax_numerators(float* scores, int64_t n) {
   return total;
 }
 
-// out (D,) = sum_t weights[t] * v_cache[rows[t], head] / total.
-void weighted_values(const float* v_cache, const int64_t* rows, const float* weights, int64_t n,
-                     int64_t row_stride, int64_t dim, float total, float* out) {
-  std::fill(out, out + dim, 0.0f);
-  for (int64_t t = 0; t < n; ++t) {
-    const float* v = v_cache + rows[t] * row_stride;
-    const float w = weights[t];
-    int64_t d = 0;
 #if defined(__AVX2__)
-    const __m256 w8 = _mm256_set1_ps(w);
-    for (; d + 8 <= dim; d += 8)
-      _mm256_storeu_ps(out + d, _mm256_fmadd_ps(w8, _mm256_loadu_ps(v + d), _mm256_loadu_ps(out + d)));
-#endif
-    for (; d < dim; ++d) out[d] += w * v[d];
+// out[0, 8V) = inv * sum_t weights[t] * v[rows[t]][0, 8V), the sums held in V registers
+// (writing them back to memory after every key made the loop store-bound).
+template <int V>
+void weighted_columns(const float* v_head, const int64_t* rows, const float* weights, int64_t n,
+                      int64_t row_stride, float inv, float* out) {
+  __m256 acc[V];
+  for (int j = 0; j < V; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t t = 0; t < n; ++t) {
+    const float* v = v_head + rows[t] * row_stride;
+    if (t + kAhead < n) prefetch_row(v_head + rows[t + kAhead] * row_stride, 8 * V);
+    const __m256 w = _mm256_set1_ps(weights[t]);
+    for (int j = 0; j < V; ++j) acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * j), acc[j]);
   }
+  const __m256 scale = _mm256_set1_ps(inv);
+  for (int j = 0; j < V; ++j) _mm256_storeu_ps(out + 8 * j, _mm256_mul_ps(acc[j], scale));
+}
+#endif
+
+// out (D,) = sum_t weights[t] * v_cache[rows[t], head] / total.
+void weighted_values(const float* v_head, const int64_t* rows, const float* weights, int64_t n,
+                     int64_t row_stride, int64_t dim, float total, float* out) {
   const float inv = 1.0f / total;
-  for (int64_t d = 0; d < dim; ++d) out[d] *= inv;
+  int64_t d = 0;
+#if defined(__AVX2__)
+  for (; d + 64 <= dim; d += 64) weighted_columns<8>(v_head + d, rows, weights, n, row_stride, inv, out + d);
+  for (; d + 8 <= dim; d += 8) weighted_columns<1>(v_head + d, rows, weights, n, row_stride, inv, out + d);
+#endif
+  for (; d < dim; ++d) {
+    float sum = 0.0f;
+    for (int64_t t = 0; t < n; ++t) sum += weights[t] * v_head[rows[t] * row_stride + d];
+    out[d] = sum * inv;
+  }
 }
 
 }  // namespace
@@ -154,22 +198,18 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& positions,
   at::Tensor out = at::empty({batch, num_heads * dim}, qkv.options());
   float* o = out.data_ptr<float>();
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  at::parallel_for(0, batch * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
+  // One item per query head, handed out as threads free up: sequences differ in length, and
+  // at one row a static split of the kv heads left a thread idle for a third of the layer.
+  parallel_chunks(batch * num_heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(max_keys);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t b = item / num_kv_heads, kvh = item % num_kv_heads;
+      const int64_t b = item / num_heads, h = item % num_heads, kvh = h / group;
       const int64_t first = window > 0 ? std::max<int64_t>(0, p[b] - window + 1) : 0;
       const int64_t n = p[b] + 1 - first;
       const int64_t* rows = r + b * max_keys + first;
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t h = kvh * group + g;
-        const float* qh = q + (b * num_heads + h) * dim;
-        for (int64_t t = 0; t < n; ++t)
-          scores[t] = scale * dot(qh, kc + rows[t] * row_stride + kvh * dim, dim);
-        const float total = softmax_numerators(scores.data(), n);
-        weighted_values(vc + kvh * dim, rows, scores.data(), n, row_stride, dim, total,
-                        o + b * num_heads * dim + h * dim);
-      }
+      head_scores(q + item * dim, kc + kvh * dim, rows, n, row_stride, dim, scale, scores.data());
+      const float total = softmax_numerators(scores.data(), n);
+      weighted_values(vc + kvh * dim, rows, scores.data(), n, row_stride, dim, total, o + item * dim);
     }
   });
   return out;
