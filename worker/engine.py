@@ -97,7 +97,7 @@ class InferenceEngine:
         context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
         self.cache = build_cache(opts, config, self.dtype, device, context)
         self.max_model_len = min(context, self.cache.max_tokens_per_seq)
-        self.requests = RequestFactory(self.tokenizer, self.max_model_len)
+        self.requests = RequestFactory(self.tokenizer, self.max_model_len, config.vocab_size)
         compiled = None
         if opts.compile:
             compiled = CompiledDecode(self.model)
@@ -248,6 +248,9 @@ class InferenceEngine:
             "kv_bytes_in_use": cache.pages_in_use * bytes_per_page,
             "kv_bytes_peak_in_use": cache.pages_peak_in_use * bytes_per_page,
             "prefix_cache_hit_tokens": cache.hit_tokens,
+            "grammar_compile_seconds": self.requests.grammars.compile_seconds,
+            "grammar_mask_seconds": self.scheduler.grammar_masks.mask_seconds,
+            "grammar_masked_rows": self.scheduler.grammar_masks.masked_rows,
         }
 
     def shutdown(self) -> None:

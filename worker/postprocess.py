@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from worker.grammar import grammar_finished
 from worker.sequence import FinishReason, Sequence, TokenEvent, TokenLogprob
 from worker.tokenizer import Tokenizer
 
@@ -35,6 +36,8 @@ class OutputProcessor:
             text = result.text
             if result.matched is not None:
                 finish, stop = FinishReason.STOP, result.matched
+            elif seq.grammar is not None and grammar_finished(seq.grammar, token_id):
+                finish = FinishReason.STOP  # the structured output is complete
         if finish is None and len(seq.token_ids) >= seq.max_total_tokens:
             finish = FinishReason.LENGTH
         if finish is not None and not isinstance(stop, str):

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from worker.errors import ContextLengthExceeded, RequestError
+from worker.grammar import GrammarCompiler
 from worker.sampling_params import SamplingParams
 from worker.sequence import EventSink, Sequence
 from worker.stop import StopStringMatcher
@@ -85,9 +86,14 @@ def normalize_messages(messages: SequenceABC[Message]) -> list[dict[str, str]]:
 class RequestFactory:
     """Turns a prompt and keyword settings into the Sequences of one request."""
 
-    def __init__(self, tokenizer: Tokenizer, max_model_len: int) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, max_model_len: int, vocab_size: int | None = None
+    ) -> None:
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
+        self.grammars = GrammarCompiler(
+            tokenizer.transformers_tokenizer, vocab_size or tokenizer.vocab_size
+        )
         self._seq_ids = itertools.count()
         self._request_ids = itertools.count()
         self._lock = threading.Lock()
@@ -137,6 +143,9 @@ class RequestFactory:
         sink: EventSink,
     ) -> list[Sequence]:
         max_total = self.check_length(len(prompt_ids), params)
+        spec = params.structured_output
+        # One matcher per choice; the grammar is compiled once (and cached across requests).
+        matchers = [None if spec is None else self.grammars.matcher(spec) for _ in range(params.n)]
         with self._lock:
             seq_ids = [next(self._seq_ids) for _ in range(params.n)]
         return [
@@ -152,6 +161,7 @@ class RequestFactory:
                 detokenizer=self.tokenizer.detokenizer(prompt_ids, params.skip_special_tokens),
                 stop_matcher=StopStringMatcher(params.stop),
                 max_total_tokens=max_total,
+                grammar=matchers[index],
             )
             for index, seq_id in enumerate(seq_ids)
         ]

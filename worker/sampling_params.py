@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from common.structured_output import KINDS
 from worker.errors import RequestError
 
 MAX_TOP_LOGPROBS = 20
@@ -36,6 +38,9 @@ class SamplingParams:
     top_logprobs: int = 0
     n: int = 1
     skip_special_tokens: bool = True
+    # {"type": "json_object"} or {"type": "json_schema", "schema": {...}, "strict": bool}:
+    # the output is constrained to it token by token (worker/grammar.py).
+    structured_output: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         _check(self.temperature >= 0, "temperature", self.temperature, "must be >= 0")
@@ -71,6 +76,10 @@ class SamplingParams:
         _check(isinstance(self.n, int) and self.n >= 1, "n", self.n, "must be >= 1")
         for stop in self.stop:
             _check(isinstance(stop, str) and stop != "", "stop", stop, "must be non-empty strings")
+        spec = self.structured_output
+        if spec is not None:
+            ok = isinstance(spec, Mapping) and spec.get("type") in KINDS
+            _check(ok, "structured_output", spec, f"must be an object whose type is one of {KINDS}")
 
     @property
     def is_greedy(self) -> bool:

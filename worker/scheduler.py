@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from worker.grammar import GrammarMasks
 from worker.kv.base import KVCache
 from worker.postprocess import OutputProcessor
 from worker.runner import Chunk, ModelRunner
@@ -63,6 +64,10 @@ class InferenceScheduler:
         self.processor = processor
         self.config = config or SchedulerConfig()
         self.counters = SchedulerCounters()
+        tokenizer = processor.tokenizer
+        self.grammar_masks = GrammarMasks(
+            lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+        )
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._inbox: deque[list[Sequence]] = deque()
@@ -261,6 +266,7 @@ class InferenceScheduler:
         if not seqs:
             return
         self._forbid_early_stops(seqs, logits)
+        self.grammar_masks.apply(logits, seqs)
         out = sample_batch(logits, SamplingRows.build(seqs, logits.device))
         for i, seq in enumerate(seqs):
             seq.is_prefilling = False
@@ -279,7 +285,8 @@ class InferenceScheduler:
         eos = self.processor.tokenizer.eos_token_ids
         for row, seq in enumerate(seqs):
             params = seq.params
-            if seq.num_output_tokens < params.min_tokens:
+            # A grammar decides alone when its output is complete.
+            if seq.num_output_tokens < params.min_tokens and seq.grammar is None:
                 banned = set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos))
                 if banned:
                     logits[row, sorted(banned)] = float("-inf")

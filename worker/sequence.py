@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 import torch
 
@@ -82,6 +83,7 @@ class Sequence:
     arrival_time: float = field(default_factory=time.monotonic)
     first_token_time: float | None = None
     num_preemptions: int = 0
+    grammar: Any = None  # an llguidance matcher when the output is constrained
 
     @property
     def num_output_tokens(self) -> int:

@@ -30,6 +30,10 @@ class Tokenizer:
         self.vocab_size = len(self._hf)
 
     @property
+    def transformers_tokenizer(self) -> Any:
+        return self._hf
+
+    @property
     def has_chat_template(self) -> bool:
         return bool(self._hf.chat_template)
 

@@ -16,6 +16,7 @@ from gateway.protocols.base import (
     TokenLogprob,
     sse_event,
 )
+from gateway.protocols.structured import anthropic_output_format
 from gateway.protocols.validate import (
     chat_messages,
     get_bool,
@@ -60,6 +61,9 @@ class AnthropicResponseBuilder(ResponseBuilder):
         stop_sequences = body.get("stop_sequences")
         if stop_sequences is not None:
             params["stop"] = string_list(stop_sequences, "stop_sequences")
+        structured = anthropic_output_format(body.get("output_config"))
+        if structured is not None:
+            params["structured_output"] = structured
         return ChatRequest(
             model=model,
             messages=messages,

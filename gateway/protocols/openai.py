@@ -16,6 +16,7 @@ from gateway.protocols.base import (
     TokenLogprob,
     sse_data,
 )
+from gateway.protocols.structured import openai_response_format
 from gateway.protocols.validate import (
     chat_messages,
     get_bool,
@@ -131,6 +132,7 @@ def _params(body: dict[str, Any]) -> dict[str, Any]:
         "ignore_eos": get_bool(body, "ignore_eos"),
         "logprobs": get_bool(body, "logprobs"),
         "top_logprobs": get_int(body, "top_logprobs", low=0, high=MAX_TOP_LOGPROBS),
+        "structured_output": openai_response_format(body.get("response_format")),
     }
     params.update((key, value) for key, value in optional.items() if value is not None)
     _check_consistent(params)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import anthropic
 import openai
 import pytest
@@ -16,13 +14,8 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    server = Server("serve", "--kv-cache-mb", "256")
-    try:
-        yield server.wait_ready()
-    finally:
-        server.stop()
-        assert not server.group_alive()
+def server(default_server: Server) -> Server:
+    return default_server
 
 
 def test_openai_sdk_answers_a_real_question(server: Server):

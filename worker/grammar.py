@@ -1,0 +1,169 @@
+"""The grammar stage of sampling: per-row token masks that keep structured output valid.
+
+Each constrained choice holds an llguidance matcher. Before a step's rows are sampled, the
+matchers of the constrained rows fill one token bitmask together (llguidance's executor,
+in parallel), and every token outside a row's mask gets -inf; rows without a grammar are not
+touched. After sampling, each matcher consumes its row's token.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import llguidance
+import llguidance.hf
+import llguidance.torch
+import torch
+
+from common.structured_output import StructuredOutputError, grammar_text
+from worker.errors import RequestError
+
+if TYPE_CHECKING:
+    from worker.sequence import Sequence as Sequence_
+
+STRUCTURED_OUTPUT_PARAM = "structured_output"
+# Tokens left in a constrained row's budget when it starts closing what it has open.
+CLOSING_BUDGET = 12  # a string, a colon, a value and 4 levels to close, with room
+_CLOSERS = frozenset('"}]:')
+_BIT_SHIFTS = torch.arange(32, dtype=torch.int32)
+
+
+class GrammarCompiler:
+    """Matchers for structured-output specs, against one tokenizer.
+
+    The llguidance tokenizer takes ~0.5 s to build, so it is built on the first constrained
+    request rather than at startup; compiled grammars are cached by their schema text
+    (common.structured_output).
+    """
+
+    def __init__(self, hf_tokenizer: Any, vocab_size: int) -> None:
+        self._hf_tokenizer = hf_tokenizer
+        self._vocab_size = vocab_size
+        self._tokenizer: llguidance.LLTokenizer | None = None
+        self._lock = threading.Lock()
+        self.compile_seconds = 0.0
+
+    def matcher(self, spec: Mapping[str, Any]) -> llguidance.LLMatcher:
+        """A fresh matcher at the start of `spec`'s grammar; RequestError if it cannot be."""
+        start = time.perf_counter()
+        try:
+            grammar = grammar_text(spec)
+        except StructuredOutputError as exc:
+            raise RequestError(
+                f"{STRUCTURED_OUTPUT_PARAM}: {exc}", STRUCTURED_OUTPUT_PARAM
+            ) from None
+        matcher = llguidance.LLMatcher(self._llg_tokenizer(), grammar, log_level=0)
+        if matcher.is_error():
+            message = f"{STRUCTURED_OUTPUT_PARAM}: {matcher.get_error()}"
+            raise RequestError(message, STRUCTURED_OUTPUT_PARAM)
+        self.compile_seconds += time.perf_counter() - start
+        return matcher
+
+    def _llg_tokenizer(self) -> llguidance.LLTokenizer:
+        with self._lock:
+            if self._tokenizer is None:
+                self._tokenizer = llguidance.hf.from_tokenizer(
+                    self._hf_tokenizer, n_vocab=self._vocab_size
+                )
+            return self._tokenizer
+
+
+class GrammarMasks:
+    """Applies the constrained rows' masks to a step's logits; times the work it does.
+
+    A constrained row close to the end of its token budget may only close what it has
+    open: its mask is cut to the tokens made of `"`, `}`, `]` and `:` (and `null` where a
+    value is due), so it finishes as a whole object instead of being cut mid-string. Inside
+    a string only those holding a `"` count (the others would be text), outside only those
+    without one (it would open a string). No comma and no
+    opening bracket gets through, so every such token brings the end closer; with the
+    nesting bounded (common.structured_output) a `json_object` always ends within the
+    budget. Under a schema the grammar may still demand more (its required keys, forced
+    token by token), so there this is a best effort that flat schemas meet.
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str] | None = None) -> None:
+        self._decode = decode
+        self._closing: torch.Tensor | None = None
+        self._executor: llguidance.LLExecutor | None = None
+        self.mask_seconds = 0.0
+        self.masked_rows = 0
+
+    def apply(self, logits: torch.Tensor, seqs: Sequence[Sequence_]) -> None:
+        """-inf in `logits` (B, V) for every token row i's grammar forbids; rows without a
+        grammar untouched."""
+        rows = [i for i, seq in enumerate(seqs) if seq.grammar is not None]
+        if not rows:
+            return
+        start = time.perf_counter()
+        vocab = logits.shape[1]
+        bitmask = torch.full((len(rows), (vocab + 31) // 32), -1, dtype=torch.int32)
+        pairs = [(seqs[row].grammar, k) for k, row in enumerate(rows)]
+        llguidance.torch.fill_next_token_bitmask_par(self._get_executor(), pairs, bitmask)
+        allowed = ((bitmask.unsqueeze(-1) >> _BIT_SHIFTS) & 1).view(len(rows), -1)[:, :vocab] != 0
+        for k, row in enumerate(rows):
+            seq = seqs[row]
+            left = seq.max_total_tokens - len(seq.token_ids)
+            if left <= CLOSING_BUDGET and self._decode is not None:
+                in_string = _inside_string(self._decode(seq.output_token_ids))
+                tokens = self._closing_tokens(vocab)
+                # Closers; else (before the first brace) an empty container, or a bare opener
+                # if there is room to close it; else the grammar's own choice (a forced key,
+                # a digit, the middle of a literal).
+                openers = tokens[2] | tokens[3] if left >= 2 else tokens[2]
+                for choice in (tokens[int(in_string)], openers):
+                    narrowed = allowed[k] & choice
+                    if narrowed.any():
+                        allowed[k] = narrowed
+                        break
+        index = torch.tensor(rows)
+        logits[index] = logits[index].masked_fill(~allowed, float("-inf"))
+        self.mask_seconds += time.perf_counter() - start
+        self.masked_rows += len(rows)
+
+    def _closing_tokens(self, vocab: int) -> torch.Tensor:
+        """(4, V): the closing tokens for outside a string (no quote: a quote there would
+        open a new one), for inside one (a quote in them), `{}` and `[]`, `{` and `[`."""
+        if self._closing is None:
+            closing = torch.zeros(4, vocab, dtype=torch.bool)
+            if self._decode is not None:
+                for token_id in range(vocab):
+                    text = self._decode([token_id])
+                    if text == "null" or (text and set(text) <= _CLOSERS):
+                        closing[int('"' in text), token_id] = True
+                    closing[2, token_id] = text in ("{}", "[]")
+                    closing[3, token_id] = text in ("{", "[")
+            self._closing = closing
+        return self._closing
+
+    def _get_executor(self) -> llguidance.LLExecutor:
+        if self._executor is None:
+            self._executor = llguidance.LLExecutor()
+        return self._executor
+
+
+def _inside_string(text: str) -> bool:
+    """Whether JSON text ends inside a string (its quotes counted, escaped ones not)."""
+    inside = escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\" and inside:
+            escaped = True
+        elif char == '"':
+            inside = not inside
+    return inside
+
+
+def grammar_finished(matcher: llguidance.LLMatcher, token_id: int) -> bool:
+    """Feed the sampled token; True once the grammar is complete (nothing may follow).
+
+    The mask only ever lets through tokens the matcher accepts, so a refusal here is a bug:
+    it raises rather than letting the output leave the grammar silently.
+    """
+    if not matcher.consume_token(token_id):
+        raise RuntimeError(f"token {token_id} is outside the grammar: {matcher.get_error()}")
+    return matcher.is_stopped()
