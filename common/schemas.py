@@ -80,11 +80,13 @@ class Tokens(Message):
     text: str
     token_ids: list[int]
     logprobs: list[list[Any]] | None = None
+    # New parts of tool calls: [call index, id or None, name or None, arguments text].
+    tool_calls: list[list[Any]] | None = None
 
 
 @dataclass(frozen=True)
 class Finished(Message):
-    """One choice ended: finish reason stop | length | abort | error, and its usage."""
+    """One choice ended: finish reason stop | length | tool_calls | abort | error, and usage."""
 
     tag: ClassVar[str] = "finished"
     request_id: str

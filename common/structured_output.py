@@ -48,19 +48,25 @@ class StructuredOutputError(ValueError):
 
 def grammar_text(spec: Mapping[str, Any]) -> str:
     """The llguidance grammar for `spec`; StructuredOutputError says what is wrong with it."""
+    schema = schema_for(spec)
+    strict = spec.get("strict") is not False
+    # Keys keep their order: the properties' order is the order the output writes them in.
+    return _compiled(json.dumps(schema), strict=strict)
+
+
+def schema_for(spec: Mapping[str, Any]) -> dict[str, Any] | bool:
+    """The JSON schema a structured-output spec asks the output to follow."""
     if not isinstance(spec, Mapping):
         raise StructuredOutputError(f"must be an object, got {type(spec).__name__}")
     kind = spec.get("type")
     if kind == "json_object":
-        return _compiled(json.dumps(JSON_OBJECT_SCHEMA), strict=True)
+        return JSON_OBJECT_SCHEMA
     if kind != "json_schema":
         raise StructuredOutputError(f"type must be one of {', '.join(KINDS)}, got {kind!r}")
     schema = spec.get("schema")
     if not isinstance(schema, (dict, bool)):
         raise StructuredOutputError("schema must be a JSON schema object")
-    strict = spec.get("strict")
-    # Keys keep their order: the properties' order is the order the output writes them in.
-    return _compiled(json.dumps(schema), strict=strict is not False)
+    return schema
 
 
 @lru_cache(maxsize=256)

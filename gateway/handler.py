@@ -16,7 +16,13 @@ from gateway.admission import AdmissionControl
 from gateway.body import read_json, wait_disconnect
 from gateway.config import GatewayConfig
 from gateway.errors import ErrorKind, GatewayError
-from gateway.messages import Started, finish_error, logprobs_of, rejection_error
+from gateway.messages import (
+    Started,
+    finish_error,
+    logprobs_of,
+    rejection_error,
+    tool_call_parts,
+)
 from gateway.protocols.base import (
     ChatRequest,
     ChatResult,
@@ -235,6 +241,7 @@ class ProtocolHandler:
                 choice = choices[message.index]
                 choice.text += message.text
                 choice.logprobs.extend(logprobs_of(message))
+                choice.add_tool_call_parts(tool_call_parts(message))
             elif isinstance(message, Finished) and 0 <= message.index < n:
                 error = finish_error(message)
                 if error is not None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from common.schemas import Accepted, Finished, Rejected, Tokens
 from gateway.errors import ErrorKind, GatewayError
-from gateway.protocols.base import TokenLogprob
+from gateway.protocols.base import TokenLogprob, ToolCallPart
 from gateway.registry import WorkerState
 from gateway.workers import RequestChannel
 
@@ -27,6 +27,10 @@ def logprobs_of(message: Tokens) -> list[TokenLogprob]:
         TokenLogprob(token=entry[1], logprob=entry[2], top=tuple((t[1], t[2]) for t in entry[3]))
         for entry in message.logprobs
     ]
+
+
+def tool_call_parts(message: Tokens) -> list[ToolCallPart]:
+    return [ToolCallPart(*entry) for entry in message.tool_calls or ()]
 
 
 def rejection_error(message: Rejected) -> GatewayError:

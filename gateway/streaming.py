@@ -11,7 +11,7 @@ from starlette.responses import StreamingResponse
 from common.schemas import Finished, Tokens
 from gateway.admission import AdmissionControl
 from gateway.errors import ErrorKind, GatewayError
-from gateway.messages import Started, finish_error, logprobs_of
+from gateway.messages import Started, finish_error, logprobs_of, tool_call_parts
 from gateway.protocols.base import ChoiceResult, ResponseBuilder, StreamState
 from gateway.stats import GatewayMetrics
 from gateway.workers import WorkerHub, WorkerLost
@@ -80,6 +80,9 @@ class ActiveStream:
                 pieces = builder.stream_tokens(
                     state, message.index, message.text, logprobs_of(message)
                 )
+                parts = tool_call_parts(message)
+                if parts:
+                    pieces += builder.stream_tool_calls(state, message.index, parts)
                 if pieces:
                     yield "".join(pieces)
             elif isinstance(message, Finished) and 0 <= message.index < n:

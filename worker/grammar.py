@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import llguidance
@@ -19,14 +19,16 @@ import llguidance.torch
 import torch
 
 from common.structured_output import StructuredOutputError, grammar_text
+from common.tool_calls import tool_call_grammar
 from worker.errors import RequestError
+from worker.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from worker.sequence import Sequence as Sequence_
 
 STRUCTURED_OUTPUT_PARAM = "structured_output"
 # Tokens left in a constrained row's budget when it starts closing what it has open.
-CLOSING_BUDGET = 12  # a string, a colon, a value and 4 levels to close, with room
+CLOSING_BUDGET = 20  # a string, a colon, a value, 4 levels and a tool call tag to close
 _CLOSERS = frozenset('"}]:')
 _BIT_SHIFTS = torch.arange(32, dtype=torch.int32)
 
@@ -46,19 +48,28 @@ class GrammarCompiler:
         self._lock = threading.Lock()
         self.compile_seconds = 0.0
 
-    def matcher(self, spec: Mapping[str, Any]) -> llguidance.LLMatcher:
-        """A fresh matcher at the start of `spec`'s grammar; RequestError if it cannot be."""
+    def matcher(self, params: SamplingParams) -> llguidance.LLMatcher | None:
+        """A fresh matcher at the start of the grammar `params` ask for (tool calls, or a
+        structured output), or None; RequestError if it cannot be compiled."""
+        if not params.calls_tools and params.structured_output is None:
+            return None
         start = time.perf_counter()
+        param = "tools" if params.calls_tools else STRUCTURED_OUTPUT_PARAM
         try:
-            grammar = grammar_text(spec)
+            if params.calls_tools:
+                grammar = tool_call_grammar(
+                    params.tools,
+                    params.tool_choice,
+                    params.parallel_tool_calls,
+                    params.structured_output,
+                )
+            else:
+                grammar = grammar_text(params.structured_output or {})
         except StructuredOutputError as exc:
-            raise RequestError(
-                f"{STRUCTURED_OUTPUT_PARAM}: {exc}", STRUCTURED_OUTPUT_PARAM
-            ) from None
+            raise RequestError(f"{param}: {exc}", param) from None
         matcher = llguidance.LLMatcher(self._llg_tokenizer(), grammar, log_level=0)
         if matcher.is_error():
-            message = f"{STRUCTURED_OUTPUT_PARAM}: {matcher.get_error()}"
-            raise RequestError(message, STRUCTURED_OUTPUT_PARAM)
+            raise RequestError(f"{param}: {matcher.get_error()}", param)
         self.compile_seconds += time.perf_counter() - start
         return matcher
 
@@ -85,8 +96,11 @@ class GrammarMasks:
     token by token), so there this is a best effort that flat schemas meet.
     """
 
-    def __init__(self, decode: Callable[[list[int]], str] | None = None) -> None:
+    def __init__(
+        self, decode: Callable[[list[int]], str] | None = None, eos_token_ids: Sequence[int] = ()
+    ) -> None:
         self._decode = decode
+        self._eos_token_ids = list(eos_token_ids)
         self._closing: torch.Tensor | None = None
         self._executor: llguidance.LLExecutor | None = None
         self.mask_seconds = 0.0
@@ -136,6 +150,7 @@ class GrammarMasks:
                         closing[int('"' in text), token_id] = True
                     closing[2, token_id] = text in ("{}", "[]")
                     closing[3, token_id] = text in ("{", "[")
+                closing[0, self._eos_token_ids] = True  # where the grammar may end, end
             self._closing = closing
         return self._closing
 

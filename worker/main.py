@@ -62,15 +62,23 @@ class WorkerConfig:
 def to_wire(event: TokenEvent) -> list[Message]:
     """A scheduler event as wire messages: its text and tokens, then its end if it ended."""
     messages: list[Message] = []
-    if event.token_ids or event.text:
+    if event.token_ids or event.text or event.tool_calls:
         logprobs = None
         if event.logprobs:
             logprobs = [
                 [lp.token_id, lp.text, lp.logprob, [list(top) for top in lp.top]]
                 for lp in event.logprobs
             ]
+        tool_calls = [[d.index, d.id, d.name, d.arguments] for d in event.tool_calls] or None
         messages.append(
-            Tokens(event.request_id, event.index, event.text, list(event.token_ids), logprobs)
+            Tokens(
+                event.request_id,
+                event.index,
+                event.text,
+                list(event.token_ids),
+                logprobs,
+                tool_calls,
+            )
         )
     if event.finish_reason is not None:
         usage = event.usage

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from worker.grammar import grammar_finished
 from worker.sequence import FinishReason, Sequence, TokenEvent, TokenLogprob
 from worker.tokenizer import Tokenizer
+from worker.tool_parser import ToolCallDelta
 
 
 class OutputProcessor:
@@ -43,6 +44,13 @@ class OutputProcessor:
         if finish is not None and not isinstance(stop, str):
             # Ended by a token or by length: what was held back is real output.
             text += seq.stop_matcher.feed(seq.detokenizer.flush()).text + seq.stop_matcher.flush()
+        tool_calls: list[ToolCallDelta] = []
+        if seq.tool_parser is not None:
+            text, tool_calls = seq.tool_parser.feed(text)
+            if finish is not None:
+                text += seq.tool_parser.flush()
+                if finish == FinishReason.STOP and seq.tool_parser.num_calls:
+                    finish = FinishReason.TOOL_CALLS
         logprobs: tuple[TokenLogprob, ...] = ()
         if params.logprobs and logprob is not None:
             logprobs = (self._logprob(token_id, logprob, top_logprobs or ()),)
@@ -56,6 +64,7 @@ class OutputProcessor:
             finish_reason=finish,
             stop=stop,
             usage=seq.usage() if finish is not None else None,
+            tool_calls=tuple(tool_calls),
         )
 
     def _is_stop_token(self, seq: Sequence, token_id: int) -> bool:

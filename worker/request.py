@@ -18,6 +18,7 @@ from worker.sampling_params import SamplingParams
 from worker.sequence import EventSink, Sequence
 from worker.stop import StopStringMatcher
 from worker.tokenizer import CHAT_ROLES, Tokenizer
+from worker.tool_parser import ToolCallParser
 
 Message = Mapping[str, Any]
 Prompt = str | SequenceABC[Message]
@@ -65,7 +66,9 @@ def message_text(content: Any, where: str) -> str:
     )
 
 
-def normalize_messages(messages: SequenceABC[Message]) -> list[dict[str, str]]:
+def normalize_messages(messages: SequenceABC[Message]) -> list[dict[str, Any]]:
+    """role/content messages; an assistant's may carry `tool_calls` (then its content may be
+    null) and a tool's its `tool_call_id`."""
     if not messages:
         raise RequestError("messages must not be empty", "messages")
     normalized = []
@@ -77,10 +80,32 @@ def normalize_messages(messages: SequenceABC[Message]) -> list[dict[str, str]]:
             raise RequestError(
                 f"messages[{i}].role must be one of {CHAT_ROLES}, got {role!r}", "messages"
             )
-        normalized.append(
-            {"role": role, "content": message_text(message.get("content"), f"messages[{i}]")}
-        )
+        calls = message.get("tool_calls") if role == "assistant" else None
+        content = message.get("content")
+        entry: dict[str, Any] = {
+            "role": role,
+            "content": "" if content is None and calls else message_text(content, f"messages[{i}]"),
+        }
+        if calls:
+            entry["tool_calls"] = _tool_calls(calls, f"messages[{i}]")
+        if role == "tool" and isinstance(message.get("tool_call_id"), str):
+            entry["tool_call_id"] = message["tool_call_id"]
+        normalized.append(entry)
     return normalized
+
+
+def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(calls, SequenceABC) or isinstance(calls, str):
+        raise RequestError(f"{where}.tool_calls must be a list", "messages")
+    out = []
+    for k, call in enumerate(calls):
+        if not isinstance(call, Mapping) or not isinstance(call.get("name"), str):
+            raise RequestError(f"{where}.tool_calls[{k}] needs a name", "messages")
+        arguments = call.get("arguments")
+        if not isinstance(arguments, (str, Mapping)):
+            raise RequestError(f"{where}.tool_calls[{k}].arguments must be JSON", "messages")
+        out.append({"id": str(call.get("id") or ""), "name": call["name"], "arguments": arguments})
+    return out
 
 
 class RequestFactory:
@@ -102,15 +127,17 @@ class RequestFactory:
         with self._lock:
             return f"req-{next(self._request_ids)}"
 
-    def prompt_token_ids(self, prompt: Prompt, chat: bool = True) -> list[int]:
+    def prompt_token_ids(
+        self, prompt: Prompt, chat: bool = True, tools: SequenceABC[Message] = ()
+    ) -> list[int]:
         if isinstance(prompt, str):
             if not prompt:
                 raise RequestError("prompt must not be empty", "prompt")
             if chat and self.tokenizer.has_chat_template:
-                return self.tokenizer.encode_chat([{"role": "user", "content": prompt}])
+                return self.tokenizer.encode_chat([{"role": "user", "content": prompt}], tools)
             return self.tokenizer.encode(prompt)
         if isinstance(prompt, SequenceABC):
-            return self.tokenizer.encode_chat(normalize_messages(prompt))
+            return self.tokenizer.encode_chat(normalize_messages(prompt), tools)
         raise RequestError(
             f"prompt must be a string or a list of messages, got {type(prompt).__name__}",
             "prompt",
@@ -143,9 +170,8 @@ class RequestFactory:
         sink: EventSink,
     ) -> list[Sequence]:
         max_total = self.check_length(len(prompt_ids), params)
-        spec = params.structured_output
         # One matcher per choice; the grammar is compiled once (and cached across requests).
-        matchers = [None if spec is None else self.grammars.matcher(spec) for _ in range(params.n)]
+        matchers = [self.grammars.matcher(params) for _ in range(params.n)]
         with self._lock:
             seq_ids = [next(self._seq_ids) for _ in range(params.n)]
         return [
@@ -162,6 +188,7 @@ class RequestFactory:
                 stop_matcher=StopStringMatcher(params.stop),
                 max_total_tokens=max_total,
                 grammar=matchers[index],
+                tool_parser=ToolCallParser() if params.calls_tools else None,
             )
             for index, seq_id in enumerate(seq_ids)
         ]

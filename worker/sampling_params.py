@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from common.structured_output import KINDS
+from common.tool_calls import CHOICES
 from worker.errors import RequestError
 
 MAX_TOP_LOGPROBS = 20
@@ -41,6 +42,11 @@ class SamplingParams:
     # {"type": "json_object"} or {"type": "json_schema", "schema": {...}, "strict": bool}:
     # the output is constrained to it token by token (worker/grammar.py).
     structured_output: Mapping[str, Any] | None = None
+    # Functions the model may call ({name, description, parameters, strict}), and whether it
+    # must: "auto", "none", "required" or {"name": …}; its calls are constrained to them.
+    tools: tuple[Mapping[str, Any], ...] = ()
+    tool_choice: str | Mapping[str, Any] = "auto"
+    parallel_tool_calls: bool = True
 
     def __post_init__(self) -> None:
         _check(self.temperature >= 0, "temperature", self.temperature, "must be >= 0")
@@ -76,6 +82,12 @@ class SamplingParams:
         _check(isinstance(self.n, int) and self.n >= 1, "n", self.n, "must be >= 1")
         for stop in self.stop:
             _check(isinstance(stop, str) and stop != "", "stop", stop, "must be non-empty strings")
+        for i, tool in enumerate(self.tools):
+            ok = isinstance(tool, Mapping) and isinstance(tool.get("name"), str)
+            _check(ok, f"tools[{i}]", tool, "must be an object with a name")
+        choice = self.tool_choice
+        ok = choice in CHOICES or (isinstance(choice, Mapping) and "name" in choice)
+        _check(ok, "tool_choice", choice, f'must be one of {CHOICES} or {{"name": …}}')
         spec = self.structured_output
         if spec is not None:
             ok = isinstance(spec, Mapping) and spec.get("type") in KINDS
@@ -84,6 +96,11 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def calls_tools(self) -> bool:
+        """The answer may be tool calls (and is constrained to well-formed ones)."""
+        return bool(self.tools) and self.tool_choice != "none"
 
     @property
     def has_penalties(self) -> bool:
@@ -102,6 +119,8 @@ class SamplingParams:
             raise RequestError(f"unknown sampling parameter {unknown[0]!r}", param=unknown[0])
         if isinstance(kwargs.get("stop"), str):
             kwargs["stop"] = (kwargs["stop"],)
+        if kwargs.get("tools") is not None:
+            kwargs["tools"] = tuple(kwargs["tools"])
         for name in ("stop", "stop_token_ids"):
             if name in kwargs and kwargs[name] is not None:
                 kwargs[name] = tuple(kwargs[name])

@@ -66,7 +66,7 @@ class InferenceScheduler:
         self.counters = SchedulerCounters()
         tokenizer = processor.tokenizer
         self.grammar_masks = GrammarMasks(
-            lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+            lambda ids: tokenizer.decode(ids, skip_special_tokens=False), tokenizer.eos_token_ids
         )
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []

@@ -13,6 +13,7 @@ import torch
 from worker.sampling_params import SamplingParams
 from worker.stop import StopStringMatcher
 from worker.tokenizer import IncrementalDetokenizer
+from worker.tool_parser import ToolCallDelta, ToolCallParser
 
 
 class FinishReason(str, Enum):
@@ -20,6 +21,7 @@ class FinishReason(str, Enum):
     LENGTH = "length"  # max_tokens or the context limit
     ABORT = "abort"  # the caller cancelled it
     ERROR = "error"  # the engine failed while running it
+    TOOL_CALLS = "tool_calls"  # the answer is one or more tool calls
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class TokenEvent:
     stop: str | int | None = None  # the stop string or stop token id that ended it
     usage: Usage | None = None  # on the last event
     error: str | None = None  # with FinishReason.ERROR
+    tool_calls: tuple[ToolCallDelta, ...] = ()  # new parts of tool calls (then text is content)
 
 
 EventSink = Callable[[TokenEvent], None]
@@ -84,6 +87,7 @@ class Sequence:
     first_token_time: float | None = None
     num_preemptions: int = 0
     grammar: Any = None  # an llguidance matcher when the output is constrained
+    tool_parser: ToolCallParser | None = None  # when the output may hold tool calls
 
     @property
     def num_output_tokens(self) -> int:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from worker.errors import RequestError
+from worker.tool_prompt import generic_messages, template_messages, template_tools
 
 REPLACEMENT_CHAR = "\ufffd"
 # Prompt tokens kept as context when detokenizing the first generated tokens, so that a
@@ -40,12 +41,27 @@ class Tokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(self._hf.encode(text, add_special_tokens=add_special_tokens))
 
-    def encode_chat(self, messages: Sequence[dict[str, Any]]) -> list[int]:
-        """The model's chat template over `messages`, ending with the assistant's turn."""
+    @property
+    def template_takes_tools(self) -> bool:
+        """The chat template renders `tools` and tool turns itself."""
+        return "tools" in (self._hf.chat_template or "")
+
+    def encode_chat(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> list[int]:
+        """The model's chat template over `messages` (and `tools`), ending with the
+        assistant's turn; a template without tool support gets them in the generic format."""
         if not self.has_chat_template:
             raise RequestError("messages need a chat template, and this model has none", "messages")
+        extra: dict[str, Any] = {}
+        if self.template_takes_tools:
+            rendered: list[dict[str, Any]] = template_messages(messages)
+            if tools:
+                extra["tools"] = template_tools(tools)
+        else:
+            rendered = list(generic_messages(messages, tools))
         ids = self._hf.apply_chat_template(
-            list(messages), add_generation_prompt=True, tokenize=True, return_dict=False
+            rendered, add_generation_prompt=True, tokenize=True, return_dict=False, **extra
         )
         return list(ids)
 

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gateway.errors import GatewayError, anthropic_error
 from gateway.protocols.base import (
     FINISH_LENGTH,
     FINISH_STOP,
+    FINISH_TOOL_CALLS,
     ChatRequest,
     ChatResult,
     ChoiceResult,
     ResponseBuilder,
     StreamState,
     TokenLogprob,
+    ToolCallPart,
     sse_event,
 )
 from gateway.protocols.structured import anthropic_output_format
+from gateway.protocols.tools import anthropic_messages, anthropic_tools
 from gateway.protocols.validate import (
-    chat_messages,
     get_bool,
     get_int,
     get_number,
@@ -29,8 +32,6 @@ from gateway.protocols.validate import (
     string_list,
     text_content,
 )
-
-ROLES = {"user": "user", "assistant": "assistant"}
 
 
 class AnthropicResponseBuilder(ResponseBuilder):
@@ -43,7 +44,7 @@ class AnthropicResponseBuilder(ResponseBuilder):
         body = require_object(body)
         model = required_str(body, "model")
         max_tokens = required_int(body, "max_tokens", low=1)
-        messages = chat_messages(body.get("messages"), ROLES)
+        messages = anthropic_messages(body.get("messages"))
         system = body.get("system")
         if system is not None:
             content = text_content(system, "system", "system")
@@ -61,6 +62,7 @@ class AnthropicResponseBuilder(ResponseBuilder):
         stop_sequences = body.get("stop_sequences")
         if stop_sequences is not None:
             params["stop"] = string_list(stop_sequences, "stop_sequences")
+        params.update(anthropic_tools(body))
         structured = anthropic_output_format(body.get("output_config"))
         if structured is not None:
             params["structured_output"] = structured
@@ -80,7 +82,7 @@ class AnthropicResponseBuilder(ResponseBuilder):
             "type": "message",
             "role": "assistant",
             "model": result.model,
-            "content": [{"type": "text", "text": choice.text}],
+            "content": _content(choice),
             "stop_reason": stop_reason,
             "stop_sequence": stop_sequence,
             # As Anthropic counts: input_tokens excludes what was read from the cache.
@@ -120,6 +122,30 @@ class AnthropicResponseBuilder(ResponseBuilder):
         payload = {"type": "content_block_delta", "index": 0, "delta": delta}
         return [sse_event("content_block_delta", payload)]
 
+    def stream_tool_calls(
+        self, state: StreamState, index: int, parts: list[ToolCallPart]
+    ) -> list[str]:
+        # Block 0 is the text block stream_start opened; each call is a tool_use block after it.
+        events = []
+        for part in parts:
+            block = state.flags.get("block", 0)
+            if part.name is not None:
+                events.append(_block_stop(block))
+                block = state.flags["block"] = block + 1
+                start = {
+                    "type": "tool_use",
+                    "id": f"toolu_{part.id}",
+                    "name": part.name,
+                    "input": {},
+                }
+                payload = {"type": "content_block_start", "index": block, "content_block": start}
+                events.append(sse_event("content_block_start", payload))
+            if part.arguments:
+                delta = {"type": "input_json_delta", "partial_json": part.arguments}
+                payload = {"type": "content_block_delta", "index": block, "delta": delta}
+                events.append(sse_event("content_block_delta", payload))
+        return events
+
     def stream_choice_end(self, state: StreamState, choice: ChoiceResult) -> list[str]:
         stop_reason, stop_sequence = _stop_reason(choice)
         message_delta = {
@@ -133,10 +159,7 @@ class AnthropicResponseBuilder(ResponseBuilder):
                 "output_tokens": choice.completion_tokens,
             },
         }
-        return [
-            sse_event("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            sse_event("message_delta", message_delta),
-        ]
+        return [_block_stop(state.flags.get("block", 0)), sse_event("message_delta", message_delta)]
 
     def stream_end(self, state: StreamState) -> list[str]:
         return [sse_event("message_stop", {"type": "message_stop"})]
@@ -149,10 +172,31 @@ class AnthropicResponseBuilder(ResponseBuilder):
         return anthropic_error(error)
 
 
+def _block_stop(index: int) -> str:
+    return sse_event("content_block_stop", {"type": "content_block_stop", "index": index})
+
+
+def _content(choice: ChoiceResult) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if choice.text or not choice.tool_calls:
+        blocks.append({"type": "text", "text": choice.text})
+    for call in choice.tool_calls:
+        try:
+            arguments = json.loads(call.arguments)
+        except ValueError:  # cut short by max_tokens
+            arguments = {}
+        blocks.append(
+            {"type": "tool_use", "id": f"toolu_{call.id}", "name": call.name, "input": arguments}
+        )
+    return blocks
+
+
 def _stop_reason(choice: ChoiceResult) -> tuple[str, str | None]:
     """(stop_reason, stop_sequence): a matched stop string is a stop_sequence, EOS end_turn."""
     if choice.finish_reason == FINISH_LENGTH:
         return "max_tokens", None
+    if choice.finish_reason == FINISH_TOOL_CALLS:
+        return "tool_use", None
     if choice.finish_reason == FINISH_STOP and isinstance(choice.stop, str):
         return "stop_sequence", choice.stop
     return "end_turn", None

@@ -12,6 +12,7 @@ from gateway.errors import GatewayError
 # Finish reasons as workers report them.
 FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
+FINISH_TOOL_CALLS = "tool_calls"
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,25 @@ class TokenLogprob:
 
 
 @dataclass
+class ToolCall:
+    """One tool call of a choice; `id` as the worker made it (the protocols prefix it)."""
+
+    id: str
+    name: str
+    arguments: str = ""  # JSON text
+
+
+@dataclass(frozen=True)
+class ToolCallPart:
+    """New part of call `index`: id and name come first, once; then argument text."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@dataclass
 class ChoiceResult:
     """One finished choice, accumulated from the worker's Tokens and Finished messages."""
 
@@ -51,6 +71,14 @@ class ChoiceResult:
     stop: str | int | None = None  # the stop string or stop token id that ended it
     logprobs: list[TokenLogprob] = field(default_factory=list)
     completion_tokens: int = 0
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+    def add_tool_call_parts(self, parts: list[ToolCallPart]) -> None:
+        for part in parts:
+            if part.name is not None:
+                self.tool_calls.append(ToolCall(part.id or "", part.name))
+            elif self.tool_calls:
+                self.tool_calls[-1].arguments += part.arguments
 
 
 @dataclass
@@ -119,6 +147,12 @@ class ResponseBuilder(ABC):
     def stream_tokens(
         self, state: StreamState, index: int, text: str, logprobs: list[TokenLogprob]
     ) -> list[str]: ...
+
+    @abstractmethod
+    def stream_tool_calls(
+        self, state: StreamState, index: int, parts: list[ToolCallPart]
+    ) -> list[str]:
+        """New parts of choice `index`'s tool calls."""
 
     @abstractmethod
     def stream_choice_end(self, state: StreamState, choice: ChoiceResult) -> list[str]:

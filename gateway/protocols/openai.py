@@ -14,11 +14,12 @@ from gateway.protocols.base import (
     ResponseBuilder,
     StreamState,
     TokenLogprob,
+    ToolCallPart,
     sse_data,
 )
 from gateway.protocols.structured import openai_response_format
+from gateway.protocols.tools import openai_messages, openai_tools
 from gateway.protocols.validate import (
-    chat_messages,
     get_bool,
     get_int,
     get_number,
@@ -29,7 +30,6 @@ from gateway.protocols.validate import (
     wrong_type,
 )
 
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 FINISH_REASONS = {FINISH_STOP: "stop", FINISH_LENGTH: "length"}
 MAX_N = 16
 MAX_STOPS = 4
@@ -48,7 +48,7 @@ class OpenAIResponseBuilder(ResponseBuilder):
         stream = bool(get_bool(body, "stream"))
         return ChatRequest(
             model=get_str(body, "model"),
-            messages=chat_messages(body.get("messages"), ROLES),
+            messages=openai_messages(body.get("messages")),
             params=_params(body),
             stream=stream,
             include_usage=_include_usage(body, stream),
@@ -64,7 +64,7 @@ class OpenAIResponseBuilder(ResponseBuilder):
             "choices": [
                 {
                     "index": choice.index,
-                    "message": {"role": "assistant", "content": choice.text},
+                    "message": _message(choice),
                     "logprobs": _logprobs(choice.logprobs),
                     "finish_reason": _finish_reason(choice),
                 }
@@ -85,6 +85,20 @@ class OpenAIResponseBuilder(ResponseBuilder):
         if not text and not logprobs:
             return []
         return [_chunk(state, [_delta(index, {"content": text}, _logprobs(logprobs))])]
+
+    def stream_tool_calls(
+        self, state: StreamState, index: int, parts: list[ToolCallPart]
+    ) -> list[str]:
+        chunks = []
+        for part in parts:
+            call: dict[str, Any] = {"index": part.index}
+            if part.name is not None:
+                call.update(id=f"call_{part.id}", type="function")
+                call["function"] = {"name": part.name, "arguments": part.arguments}
+            else:
+                call["function"] = {"arguments": part.arguments}
+            chunks.append(_chunk(state, [_delta(index, {"tool_calls": [call]})]))
+        return chunks
 
     def stream_choice_end(self, state: StreamState, choice: ChoiceResult) -> list[str]:
         return [_chunk(state, [_delta(choice.index, {}, None, _finish_reason(choice))])]
@@ -135,6 +149,7 @@ def _params(body: dict[str, Any]) -> dict[str, Any]:
         "structured_output": openai_response_format(body.get("response_format")),
     }
     params.update((key, value) for key, value in optional.items() if value is not None)
+    params.update(openai_tools(body))
     _check_consistent(params)
     return params
 
@@ -171,6 +186,23 @@ def _include_usage(body: dict[str, Any], stream: bool) -> bool:
         raise GatewayError.invalid(message, "stream_options")
     param = "stream_options.include_usage"
     return bool(get_bool(options, "include_usage", param=param))
+
+
+def _message(choice: ChoiceResult) -> dict[str, Any]:
+    if not choice.tool_calls:
+        return {"role": "assistant", "content": choice.text}
+    return {
+        "role": "assistant",
+        "content": choice.text or None,
+        "tool_calls": [
+            {
+                "id": f"call_{call.id}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in choice.tool_calls
+        ],
+    }
 
 
 def _finish_reason(choice: ChoiceResult) -> str | None:

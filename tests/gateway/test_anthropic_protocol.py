@@ -152,12 +152,12 @@ BAD_REQUESTS = [
     (
         {**REQUIRED, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
         "messages",
-        'messages[0].content[0].type must be "text" (only text is supported), got "image"',
+        'messages[0].content[0].type "image" is not supported in a user turn',
     ),
     (
         {**REQUIRED, "messages": [{"role": "user", "content": 5}]},
         "messages",
-        "messages[0].content must be a string or an array of text parts, got integer",
+        "messages[0].content must be a string or an array of content blocks, got integer",
     ),
     (
         {**REQUIRED, "system": 5},

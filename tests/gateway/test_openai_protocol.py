@@ -205,12 +205,13 @@ BAD_BODIES = [
     (
         {"messages": [{"role": "tool", "content": "x"}]},
         "messages",
-        'messages[0].role must be one of "system", "developer", "user", "assistant", got "tool"',
+        "messages[0].tool_call_id must be a string",
     ),
     (
         {"messages": [{"content": "x"}]},
         "messages",
-        'messages[0].role must be one of "system", "developer", "user", "assistant", got null',
+        'messages[0].role must be one of "system", "developer", "user", "assistant", "tool", '
+        "got null",
     ),
     (
         {"messages": [{"role": "user"}]},

@@ -56,7 +56,10 @@ def test_only_constrained_rows_are_masked(tokenizer: Tokenizer, compiler: Gramma
     logits = torch.randn(3, tokenizer.vocab_size)
     before = logits.clone()
     free = Row(None, SamplingParams())
-    constrained = Row(compiler.matcher(SCHEMA_SPEC), SamplingParams(structured_output=SCHEMA_SPEC))
+    constrained = Row(
+        compiler.matcher(SamplingParams(structured_output=SCHEMA_SPEC)),
+        SamplingParams(structured_output=SCHEMA_SPEC),
+    )
     masks_for(tokenizer).apply(logits, [free, constrained, free])
     assert torch.equal(logits[0], before[0]) and torch.equal(logits[2], before[2])
     allowed = torch.isfinite(logits[1]).nonzero().flatten().tolist()
@@ -67,7 +70,7 @@ def test_a_json_object_row_near_its_budget_may_only_close(
     tokenizer: Tokenizer, compiler: GrammarCompiler
 ):
     spec = {"type": "json_object"}
-    matcher = compiler.matcher(spec)
+    matcher = compiler.matcher(SamplingParams(structured_output=spec))
     prefix = tokenizer.encode('{"a":["xy', add_special_tokens=False)
     for token in prefix:
         assert not grammar_finished(matcher, token)
@@ -82,7 +85,11 @@ def test_a_json_object_row_near_its_budget_may_only_close(
 
 def test_a_schema_the_engine_cannot_compile_is_a_request_error(compiler: GrammarCompiler):
     with pytest.raises(RequestError) as caught:
-        compiler.matcher({"type": "json_schema", "schema": {"type": "nonsense"}})
+        compiler.matcher(
+            SamplingParams(
+                structured_output={"type": "json_schema", "schema": {"type": "nonsense"}}
+            )
+        )
     assert caught.value.param == "structured_output"
 
 
