@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint format bench bench-engine serve clean
+.PHONY: install test test-fast lint format bench bench-engine bench-grammar serve clean
 
 install: $(STAMP)
 
@@ -43,6 +43,10 @@ bench: install
 # The engine in-process and its precision options next to transformers.
 bench-engine: install
 	$(BIN)/python -m bench.engine_bench --out docs/bench
+
+# What structured output costs: W1 at 32 streams, JSON schema vs free, and compile times.
+bench-grammar: install
+	$(BIN)/python -m bench.grammar_bench --out docs/bench/grammar.json
 
 serve: install
 	$(BIN)/astrai serve

@@ -7,7 +7,7 @@ import itertools
 import json
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -44,6 +44,7 @@ class LoadSpec:
     temperature: float = 0.0
     api_key: str | None = None
     timeout_s: float = 600.0
+    extra_body: Mapping[str, Any] | None = None  # more fields for every body (OpenAI)
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -76,6 +77,7 @@ def request_body(spec: LoadSpec, messages: list[dict[str, Any]]) -> tuple[str, d
     if spec.ignore_eos:
         body["ignore_eos"] = True
         body["min_tokens"] = spec.max_tokens  # servers without ignore_eos still honour this
+    body.update(spec.extra_body or {})
     return "/v1/chat/completions", body
 
 

@@ -121,6 +121,13 @@ class GrammarMasks:
         for k, row in enumerate(rows):
             seq = seqs[row]
             left = seq.max_total_tokens - len(seq.token_ids)
+            if _no_room_for_another_call(seq, left) and self._eos_token_ids:
+                ends = allowed[k].clone()
+                ends[[t for t in self._eos_token_ids if t < vocab]] = False
+                ends = allowed[k] & ~ends  # the end-of-sequence tokens the grammar allows
+                if ends.any():
+                    allowed[k] = ends
+                    continue
             if left <= CLOSING_BUDGET and self._decode is not None:
                 in_string = _inside_string(self._decode(seq.output_token_ids))
                 tokens = self._closing_tokens(vocab)
@@ -158,6 +165,15 @@ class GrammarMasks:
         if self._executor is None:
             self._executor = llguidance.LLExecutor()
         return self._executor
+
+
+def _no_room_for_another_call(seq: Sequence_, left: int) -> bool:
+    """Between tool calls, with fewer tokens left than twice what a call has taken so far:
+    a call begun now would be cut off, so the answer ends here."""
+    parser = getattr(seq, "tool_parser", None)
+    if parser is None or not parser.between_calls:
+        return False
+    return left < 2 * (len(seq.output_token_ids) / parser.num_calls)
 
 
 def _inside_string(text: str) -> bool:

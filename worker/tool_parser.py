@@ -57,6 +57,11 @@ class ToolCallParser:
                 break  # waiting for more text
         return content, deltas
 
+    @property
+    def between_calls(self) -> bool:
+        """At least one call is complete and the next has not begun."""
+        return self.num_calls > 0 and self._mode == "start" and not self._pending.strip("\n")
+
     def flush(self) -> str:
         """At the end: whatever was held back and is not part of a call, as content."""
         held, self._pending = self._pending, ""

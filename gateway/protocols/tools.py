@@ -198,9 +198,7 @@ def _tool_list(value: Any, param: str) -> list[dict[str, Any]]:
     tools = _list(value, param)
     if len(tools) > MAX_TOOLS:
         raise GatewayError.invalid(f"{param} may hold at most {MAX_TOOLS} tools", param)
-    names = [
-        tool.get("function", tool).get("name") if isinstance(tool, dict) else None for tool in tools
-    ]
+    names = [_tool_name(tool) for tool in tools]
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise GatewayError.invalid(
@@ -211,6 +209,14 @@ def _tool_list(value: Any, param: str) -> list[dict[str, Any]]:
                 f"{param}.{i}: a second tool named {names[i]!r}", f"{param}.{i}"
             )
     return tools
+
+
+def _tool_name(tool: Any) -> Any:
+    """The name of an OpenAI ({"function": {"name"}}) or Anthropic ({"name"}) tool, if any."""
+    if not isinstance(tool, dict):
+        return None
+    function = tool.get("function")
+    return function.get("name") if isinstance(function, dict) else tool.get("name")
 
 
 def _message_list(value: Any) -> list[dict[str, Any]]:
