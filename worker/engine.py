@@ -124,7 +124,9 @@ class InferenceEngine:
         queued.
         """
         request_id = request_id or self.requests.new_request_id()
-        prompt_ids = self.requests.prompt_token_ids(prompt, chat, params.tools)
+        prompt_ids = self.requests.prompt_token_ids(
+            prompt, chat, params.tools, params.continue_final_message
+        )
         choices = self.requests.build(request_id, prompt_ids, params, sink)
         self.scheduler.add(choices)
         return request_id, len(prompt_ids)

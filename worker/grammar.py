@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import llguidance
 import llguidance.hf
 import llguidance.torch
+import numpy as np
 import torch
 
 from common.structured_output import StructuredOutputError, grammar_text
@@ -30,7 +31,6 @@ STRUCTURED_OUTPUT_PARAM = "structured_output"
 # Tokens left in a constrained row's budget when it starts closing what it has open.
 CLOSING_BUDGET = 20  # a string, a colon, a value, 4 levels and a tool call tag to close
 _CLOSERS = frozenset('"}]:')
-_BIT_SHIFTS = torch.arange(32, dtype=torch.int32)
 
 
 class GrammarCompiler:
@@ -117,39 +117,55 @@ class GrammarMasks:
         bitmask = torch.full((len(rows), (vocab + 31) // 32), -1, dtype=torch.int32)
         pairs = [(seqs[row].grammar, k) for k, row in enumerate(rows)]
         llguidance.torch.fill_next_token_bitmask_par(self._get_executor(), pairs, bitmask)
-        allowed = ((bitmask.unsqueeze(-1) >> _BIT_SHIFTS) & 1).view(len(rows), -1)[:, :vocab] != 0
+        # Unpacked by numpy: torch's shift-and-mask over (rows, V / 32, 32) cost 8 ms a step
+        # at 32 rows on a 2-core EPYC, numpy's unpackbits and one in-place fill ~1 ms.
+        words = (~bitmask).numpy().view(np.uint8)
+        unpacked = np.unpackbits(words, axis=1, bitorder="little")[:, :vocab]
+        banned = torch.from_numpy(np.ascontiguousarray(unpacked)).view(torch.bool)  # (G, V)
         for k, row in enumerate(rows):
-            seq = seqs[row]
-            left = seq.max_total_tokens - len(seq.token_ids)
-            if _no_room_for_another_call(seq, left) and self._eos_token_ids:
-                ends = allowed[k].clone()
-                ends[[t for t in self._eos_token_ids if t < vocab]] = False
-                ends = allowed[k] & ~ends  # the end-of-sequence tokens the grammar allows
-                if ends.any():
-                    allowed[k] = ends
-                    continue
-            if left <= CLOSING_BUDGET and self._decode is not None:
-                in_string = _inside_string(self._decode(seq.output_token_ids))
-                tokens = self._closing_tokens(vocab)
-                # Closers; else (before the first brace) an empty container, or a bare opener
-                # if there is room to close it; else the grammar's own choice (a forced key,
-                # a digit, the middle of a literal).
-                openers = tokens[2] | tokens[3] if left >= 2 else tokens[2]
-                for choice in (tokens[int(in_string)], openers):
-                    narrowed = allowed[k] & choice
-                    if narrowed.any():
-                        allowed[k] = narrowed
-                        break
-        index = torch.tensor(rows)
-        logits[index] = logits[index].masked_fill(~allowed, float("-inf"))
+            narrowed = self._narrowed(seqs[row], banned[k], vocab)
+            if narrowed is not None:
+                banned[k] = ~narrowed
+        if len(rows) == logits.shape[0]:
+            logits.masked_fill_(banned, float("-inf"))
+        else:
+            for k, row in enumerate(rows):
+                logits[row].masked_fill_(banned[k], float("-inf"))
         self.mask_seconds += time.perf_counter() - start
         self.masked_rows += len(rows)
 
-    def _closing_tokens(self, vocab: int) -> torch.Tensor:
-        """(4, V): the closing tokens for outside a string (no quote: a quote there would
-        open a new one), for inside one (a quote in them), `{}` and `[]`, `{` and `[`."""
+    def _narrowed(self, seq: Sequence_, banned: torch.Tensor, vocab: int) -> torch.Tensor | None:
+        """The tokens a row near the end of its budget may take, when fewer than the grammar
+        allows (`banned`: what it forbids); None when the grammar's choice stands."""
+        left = seq.max_total_tokens - len(seq.token_ids)
+        no_room = _no_room_for_another_call(seq, left)
+        if not no_room and left > CLOSING_BUDGET:
+            return None
+        allowed = ~banned
+        if no_room:
+            ends = allowed & self._tokens(vocab)[4]
+            if ends.any():
+                return ends
+        if left > CLOSING_BUDGET:
+            return None
+        in_string = _inside_string(self._decode(seq.output_token_ids)) if self._decode else False
+        tokens = self._tokens(vocab)
+        # Closers; else (before the first brace) an empty container, or a bare opener if there
+        # is room to close it; else the grammar's own choice (a forced key, a digit, the
+        # middle of a literal).
+        openers = tokens[2] | tokens[3] if left >= 2 else tokens[2]
+        for choice in (tokens[int(in_string)], openers):
+            narrowed = allowed & choice
+            if narrowed.any():
+                return narrowed
+        return None
+
+    def _tokens(self, vocab: int) -> torch.Tensor:
+        """(5, V): the closing tokens for outside a string (no quote: a quote there would
+        open a new one), for inside one (a quote in them), `{}` and `[]`, `{` and `[`, and the
+        end-of-sequence tokens."""
         if self._closing is None:
-            closing = torch.zeros(4, vocab, dtype=torch.bool)
+            closing = torch.zeros(5, vocab, dtype=torch.bool)
             if self._decode is not None:
                 for token_id in range(vocab):
                     text = self._decode([token_id])
@@ -157,7 +173,9 @@ class GrammarMasks:
                         closing[int('"' in text), token_id] = True
                     closing[2, token_id] = text in ("{}", "[]")
                     closing[3, token_id] = text in ("{", "[")
-                closing[0, self._eos_token_ids] = True  # where the grammar may end, end
+                eos = [t for t in self._eos_token_ids if t < vocab]
+                closing[0, eos] = True  # where the grammar may end, end
+                closing[4, eos] = True
             self._closing = closing
         return self._closing
 

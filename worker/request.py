@@ -128,7 +128,11 @@ class RequestFactory:
             return f"req-{next(self._request_ids)}"
 
     def prompt_token_ids(
-        self, prompt: Prompt, chat: bool = True, tools: SequenceABC[Message] = ()
+        self,
+        prompt: Prompt,
+        chat: bool = True,
+        tools: SequenceABC[Message] = (),
+        continue_final: bool = False,
     ) -> list[int]:
         if isinstance(prompt, str):
             if not prompt:
@@ -137,7 +141,7 @@ class RequestFactory:
                 return self.tokenizer.encode_chat([{"role": "user", "content": prompt}], tools)
             return self.tokenizer.encode(prompt)
         if isinstance(prompt, SequenceABC):
-            return self.tokenizer.encode_chat(normalize_messages(prompt), tools)
+            return self.tokenizer.encode_chat(normalize_messages(prompt), tools, continue_final)
         raise RequestError(
             f"prompt must be a string or a list of messages, got {type(prompt).__name__}",
             "prompt",

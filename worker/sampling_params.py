@@ -47,6 +47,9 @@ class SamplingParams:
     tools: tuple[Mapping[str, Any], ...] = ()
     tool_choice: str | Mapping[str, Any] = "auto"
     parallel_tool_calls: bool = True
+    # The chat ends with an assistant message the answer continues (the prefill idiom),
+    # rather than a turn it answers.
+    continue_final_message: bool = False
 
     def __post_init__(self) -> None:
         _check(self.temperature >= 0, "temperature", self.temperature, "must be >= 0")

@@ -47,22 +47,29 @@ class Tokenizer:
         return "tools" in (self._hf.chat_template or "")
 
     def encode_chat(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] = (),
+        continue_final: bool = False,
     ) -> list[int]:
         """The model's chat template over `messages` (and `tools`), ending with the
-        assistant's turn; a template without tool support gets them in the generic format."""
+        assistant's turn, or inside the final assistant message when `continue_final`; a
+        template without tool support gets the tools in the generic format."""
         if not self.has_chat_template:
             raise RequestError("messages need a chat template, and this model has none", "messages")
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"add_generation_prompt": not continue_final}
+        if continue_final:
+            if not messages or messages[-1]["role"] != "assistant" or not messages[-1]["content"]:
+                message = "continuing needs the chat to end with a non-empty assistant message"
+                raise RequestError(message, "messages")
+            extra["continue_final_message"] = True
         if self.template_takes_tools:
             rendered: list[dict[str, Any]] = template_messages(messages)
             if tools:
                 extra["tools"] = template_tools(tools)
         else:
             rendered = list(generic_messages(messages, tools))
-        ids = self._hf.apply_chat_template(
-            rendered, add_generation_prompt=True, tokenize=True, return_dict=False, **extra
-        )
+        ids = self._hf.apply_chat_template(rendered, tokenize=True, return_dict=False, **extra)
         return list(ids)
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:

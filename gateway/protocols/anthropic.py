@@ -63,6 +63,10 @@ class AnthropicResponseBuilder(ResponseBuilder):
         if stop_sequences is not None:
             params["stop"] = string_list(stop_sequences, "stop_sequences")
         params.update(anthropic_tools(body))
+        last = messages[-1]
+        if last["role"] == "assistant" and last["content"] and not last.get("tool_calls"):
+            # A final assistant turn is a prefill the answer continues, as Anthropic does.
+            params["continue_final_message"] = True
         structured = anthropic_output_format(body.get("output_config"))
         if structured is not None:
             params["structured_output"] = structured

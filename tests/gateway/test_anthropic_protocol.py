@@ -396,3 +396,9 @@ def test_module_does_not_import_torch_or_worker():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout == "[]\n"
+
+
+def test_a_final_assistant_turn_is_a_prefill_to_continue():
+    prefill = [{"role": "user", "content": "JSON"}, {"role": "assistant", "content": "{"}]
+    assert parse(messages=prefill).params["continue_final_message"] is True
+    assert "continue_final_message" not in parse().params

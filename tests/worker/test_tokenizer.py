@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from worker.errors import RequestError
 from worker.tokenizer import REPLACEMENT_CHAR, Tokenizer
 
 TEXT = "Grüße, 世界! Emoji: 🎉🚀 and done."
@@ -67,3 +68,16 @@ def test_explicit_system_message_replaces_the_default(tokenizer: Tokenizer):
     text = tokenizer.decode(with_system, skip_special_tokens=False)
     assert text.startswith("<|im_start|>system\nBe brief.<|im_end|>")
     assert "SmolLM" not in text
+
+
+def test_a_final_assistant_message_can_be_continued(tokenizer: Tokenizer):
+    chat = [{"role": "user", "content": "JSON please"}, {"role": "assistant", "content": '{"a": '}]
+    text = tokenizer.decode(tokenizer.encode_chat(chat, continue_final=True), False)
+    assert text.endswith('<|im_start|>assistant\n{"a": ')
+    answered = tokenizer.decode(tokenizer.encode_chat(chat), False)
+    assert answered.endswith("<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_continuing_needs_a_final_assistant_message(tokenizer: Tokenizer):
+    with pytest.raises(RequestError, match="non-empty assistant message"):
+        tokenizer.encode_chat([{"role": "user", "content": "hi"}], continue_final=True)
