@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -21,6 +22,7 @@ from gateway.protocols.anthropic import AnthropicResponseBuilder
 from gateway.protocols.base import ResponseBuilder
 from gateway.protocols.openai import OpenAIResponseBuilder
 from gateway.registry import WorkerRegistry
+from gateway.request_ids import RequestIdMiddleware, http_error
 from gateway.router import make_policy
 from gateway.stats import GatewayMetrics, aggregate_stats, render_prometheus
 from gateway.workers import WorkerHub
@@ -144,7 +146,12 @@ class Gateway:
             Route("/stats", self.stats, methods=["GET"]),
             Route("/metrics", self.prometheus, methods=["GET"]),
         ]
-        return Starlette(routes=routes, lifespan=lifespan)
+        return Starlette(
+            routes=routes,
+            lifespan=lifespan,
+            middleware=[Middleware(RequestIdMiddleware)],
+            exception_handlers={404: http_error, 405: http_error},
+        )
 
 
 def create_app(config: GatewayConfig) -> Starlette:
