@@ -129,6 +129,30 @@ class Abort(Message):
     request_id: str
 
 
+@dataclass(frozen=True)
+class Tokenize(Message):
+    """Token ids of chat `messages` or a `prompt` as a request with `params` would see them
+    (tools and all), or, given `token_ids`, their text. Nothing is generated."""
+
+    tag: ClassVar[str] = "tokenize"
+    request_id: str
+    params: dict[str, Any]
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    token_ids: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class Tokenized(Message):
+    """The answer to Tokenize: the token ids, or the text of the ids given."""
+
+    tag: ClassVar[str] = "tokenized"
+    request_id: str
+    token_ids: list[int]
+    text: str | None = None
+    max_context: int = 0
+
+
 MESSAGE_TYPES: dict[str, type[Message]] = {
     cls.tag: cls
     for cls in (
@@ -141,5 +165,7 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
         Submit,
         GatewayBeat,
         Abort,
+        Tokenize,
+        Tokenized,
     )
 }

@@ -25,9 +25,12 @@ from gateway.registry import WorkerRegistry
 from gateway.request_ids import RequestIdMiddleware, http_error
 from gateway.router import make_policy
 from gateway.stats import GatewayMetrics, aggregate_stats, render_prometheus
+from gateway.tokenize import count_tokens, detokenize, tokenize
 from gateway.workers import WorkerHub
 
 log = logging.getLogger(__name__)
+# A route that answers with a protocol's handler (its worker access and error shape).
+Route_ = Callable[[ProtocolHandler, Request], Awaitable[Response]]
 
 
 class Gateway:
@@ -76,10 +79,17 @@ class Gateway:
         return self.admission.in_flight > 0 or self.hub.num_open > 0
 
     # -- routes -------------------------------------------------------------------------------
-    def _protected(self, handler: ProtocolHandler) -> Callable[[Request], Awaitable[Response]]:
+    def _protected(
+        self, handler: ProtocolHandler, route: Route_ | None = None
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """`route` (default: the handler's chat route) behind the API key, every failure
+        answered in the handler's protocol's shape."""
+
         async def endpoint(request: Request) -> Response:
             try:
                 check_api_key(request, self.config.api_key)
+                if route is not None:
+                    return await route(handler, request)
                 return await handler.handle(request)
             except GatewayError as error:
                 return handler.error_response(error)
@@ -141,6 +151,13 @@ class Gateway:
         routes = [
             Route("/v1/chat/completions", self._protected(self.openai), methods=["POST"]),
             Route("/v1/messages", self._protected(self.anthropic), methods=["POST"]),
+            Route(
+                "/v1/messages/count_tokens",
+                self._protected(self.anthropic, count_tokens),
+                methods=["POST"],
+            ),
+            Route("/tokenize", self._protected(self.openai, tokenize), methods=["POST"]),
+            Route("/detokenize", self._protected(self.openai, detokenize), methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/stats", self.stats, methods=["GET"]),

@@ -131,6 +131,21 @@ class InferenceEngine:
         self.scheduler.add(choices)
         return request_id, len(prompt_ids)
 
+    def tokenize(self, prompt: Prompt, params: SamplingParams, chat: bool = True) -> list[int]:
+        """The prompt token ids a request with `params` would get (its tools rendered too)."""
+        return self.requests.prompt_token_ids(
+            prompt, chat, params.tools, params.continue_final_message
+        )
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        vocab = self.config.vocab_size
+        bad = next((t for t in token_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise RequestError(
+                f"token id {bad} is outside the vocabulary (0..{vocab - 1})", "tokens"
+            )
+        return self.tokenizer.decode(token_ids, skip_special_tokens=False)
+
     def submit_tokens(
         self, prompt_ids: list[int], params: SamplingParams, sink: EventSink, request_id: str
     ) -> None:

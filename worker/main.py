@@ -25,6 +25,8 @@ from common.schemas import (
     Register,
     Rejected,
     Submit,
+    Tokenize,
+    Tokenized,
     Tokens,
 )
 from common.wire import DEFAULT_MAX_FRAME_BYTES, MAX_FRAMES_PER_MESSAGE, DropCounter, encode
@@ -227,6 +229,8 @@ class WorkerServer:
                 dealer.send(encode(self._submit(message)))
             elif isinstance(message, Abort):
                 self.engine.abort(message.request_id)
+            elif isinstance(message, Tokenize):
+                dealer.send(encode(self._tokenize(message)))
             elif message is not None:
                 self.drops.counts["unexpected"] += 1
 
@@ -257,6 +261,21 @@ class WorkerServer:
         except (TypeError, ValueError) as exc:
             return Rejected(request_id, "invalid_request", str(exc))
         return Accepted(request_id, prompt_tokens)
+
+    def _tokenize(self, message: Tokenize) -> Tokenized | Rejected:
+        try:
+            if message.token_ids is not None:
+                text = self.engine.detokenize(message.token_ids)
+                return Tokenized(message.request_id, message.token_ids, text)
+            params = SamplingParams.from_kwargs(**message.params)
+            chat = message.messages is not None
+            prompt: Any = message.messages if chat else message.prompt
+            ids = self.engine.tokenize(prompt, params, chat=chat)
+        except RequestError as exc:
+            return Rejected(message.request_id, exc.code, str(exc), exc.param)
+        except (TypeError, ValueError) as exc:
+            return Rejected(message.request_id, "invalid_request", str(exc))
+        return Tokenized(message.request_id, ids, max_context=self.engine.max_model_len)
 
     def _register(self) -> Register:
         stats = self.engine.get_stats()

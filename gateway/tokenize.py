@@ -1,0 +1,104 @@
+"""Token counts and ids without generating: Anthropic's count_tokens, vLLM's /tokenize and
+/detokenize. The worker's tokenizer answers, so tools and chat templates count as they will."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from common.schemas import Rejected, Tokenize, Tokenized
+from gateway.body import read_json
+from gateway.errors import ErrorKind, GatewayError
+from gateway.handler import ProtocolHandler
+from gateway.messages import rejection_error
+from gateway.protocols.validate import get_str, json_type, require_object
+from gateway.workers import WorkerLost
+
+MAX_TOKEN_ID = 2**31 - 1
+
+
+async def count_tokens(handler: ProtocolHandler, request: Request) -> Response:
+    """POST /v1/messages/count_tokens: {"input_tokens": n} for a Messages request body."""
+    body = require_object(await read_json(request, handler.config.max_body_bytes))
+    chat = handler.builder.parse({"max_tokens": 1, **body})  # count_tokens has no max_tokens
+    model = handler.resolve_model(chat.model)
+    message = Tokenize(_request_id(), chat.params, messages=chat.messages)
+    reply = await ask_worker(handler, model, message)
+    return JSONResponse({"input_tokens": len(reply.token_ids)})
+
+
+async def tokenize(handler: ProtocolHandler, request: Request) -> Response:
+    """POST /tokenize: {"prompt": str} or a chat body with "messages" (and tools) →
+    {"count", "max_model_len", "tokens"}."""
+    body = require_object(await read_json(request, handler.config.max_body_bytes))
+    if "messages" in body:
+        chat = handler.builder.parse(body)
+        model = handler.resolve_model(chat.model)
+        message = Tokenize(_request_id(), chat.params, messages=chat.messages)
+    else:
+        prompt = get_str(body, "prompt")
+        if not prompt:
+            raise GatewayError.invalid(
+                "prompt (a non-empty string) or messages is required", "prompt"
+            )
+        model = handler.resolve_model(get_str(body, "model"))
+        message = Tokenize(_request_id(), {}, prompt=prompt)
+    reply = await ask_worker(handler, model, message)
+    tokens = reply.token_ids
+    return JSONResponse(
+        {"count": len(tokens), "max_model_len": reply.max_context, "tokens": tokens}
+    )
+
+
+async def detokenize(handler: ProtocolHandler, request: Request) -> Response:
+    """POST /detokenize: {"tokens": [ids]} → {"prompt": text}."""
+    body = require_object(await read_json(request, handler.config.max_body_bytes))
+    tokens = _token_ids(body.get("tokens"))
+    model = handler.resolve_model(get_str(body, "model"))
+    reply = await ask_worker(handler, model, Tokenize(_request_id(), {}, token_ids=tokens))
+    return JSONResponse({"prompt": reply.text})
+
+
+async def ask_worker(handler: ProtocolHandler, model: str, message: Tokenize) -> Tokenized:
+    """One Tokenize round trip to a live worker of `model`."""
+    workers = handler.registry.live(model)
+    if not workers:
+        raise GatewayError(ErrorKind.UNAVAILABLE, "no worker is ready; try again shortly")
+    worker = handler.policy.pick(workers, "")
+    channel = handler.hub.open(message.request_id, worker)
+    try:
+        if not await handler.hub.send(worker, message):
+            raise GatewayError(ErrorKind.UNAVAILABLE, "the worker could not be reached")
+        while True:
+            try:
+                reply = await channel.get(handler.config.accept_timeout_s)
+            except TimeoutError:
+                raise GatewayError(ErrorKind.UNAVAILABLE, "the worker did not answer") from None
+            if isinstance(reply, Tokenized):
+                return reply
+            if isinstance(reply, Rejected):
+                raise rejection_error(reply)
+            if isinstance(reply, WorkerLost):
+                raise GatewayError(ErrorKind.UNAVAILABLE, f"worker lost: {reply.reason}")
+    finally:
+        handler.hub.close(channel)
+
+
+def _token_ids(value: Any) -> list[int]:
+    if not isinstance(value, list) or not value:
+        raise GatewayError.invalid(
+            f"tokens must be a non-empty array of token ids, got {json_type(value)}", "tokens"
+        )
+    for i, token in enumerate(value):
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= MAX_TOKEN_ID:
+            raise GatewayError.invalid(
+                f"tokens[{i}] must be a token id (an integer >= 0)", "tokens"
+            )
+    return value
+
+
+def _request_id() -> str:
+    return f"tok-{uuid.uuid4().hex}"
