@@ -17,6 +17,7 @@ import torch
 from worker.compiled_decode import CompiledDecode
 from worker.engine_options import EngineOptions
 from worker.errors import RequestError
+from worker.event_stream import put_tagged, raise_on_error, until_finished
 from worker.kv.factory import build_cache
 from worker.machine_choices import MachineChoices
 from worker.model.loader import load_config, load_model, resolve_model_dir
@@ -25,7 +26,7 @@ from worker.request import GenerationRequest, Prompt, RequestFactory
 from worker.runner import ModelRunner
 from worker.sampling_params import SamplingParams
 from worker.scheduler import InferenceScheduler, SchedulerConfig
-from worker.sequence import EventSink, FinishReason, TokenEvent
+from worker.sequence import EventSink, TokenEvent
 from worker.tokenizer import Tokenizer
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -191,7 +192,7 @@ class InferenceEngine:
         if stream:
             return self._stream_one(request_id, num_choices, events)
         texts = [""] * num_choices
-        for _, event in _until_finished(events, num_choices):
+        for _, event in until_finished(events, num_choices):
             texts[event.index] += event.text
         return texts[0] if num_choices == 1 else texts
 
@@ -202,7 +203,7 @@ class InferenceEngine:
         self, request_id: str, num_choices: int, events: queue.Queue[TokenEvent]
     ) -> Iterator[str]:
         try:
-            for _, event in _until_finished(events, num_choices):
+            for _, event in until_finished(events, num_choices):
                 if event.text:
                     yield event.text
         finally:
@@ -213,11 +214,11 @@ class InferenceEngine:
     ) -> Iterator[tuple[int, str]]:
         merged: queue.Queue[tuple[int, TokenEvent]] = queue.Queue()
         submitted = [
-            self._start(p, chat, sampling, functools.partial(_put_tagged, merged, i))
+            self._start(p, chat, sampling, functools.partial(put_tagged, merged, i))
             for i, p in enumerate(prompts)
         ]
         try:
-            for index, event in _until_finished(merged, sum(n for _, n in submitted)):
+            for index, event in until_finished(merged, sum(n for _, n in submitted)):
                 if event.text:
                     yield index, event.text
         finally:
@@ -240,7 +241,7 @@ class InferenceEngine:
         try:
             while remaining:
                 event = await events.get()
-                _raise_on_error(event)
+                raise_on_error(event)
                 remaining -= event.finish_reason is not None
                 if event.text:
                     yield event.text
@@ -281,26 +282,6 @@ class InferenceEngine:
         self.shutdown()
 
 
-def _put_tagged(merged: queue.Queue[tuple[int, TokenEvent]], index: int, event: TokenEvent) -> None:
-    merged.put((index, event))
-
-
 def _is_batch(prompt: Any) -> bool:
     """A list of prompts (strings or message lists), as opposed to one chat's messages."""
     return isinstance(prompt, list) and bool(prompt) and not isinstance(prompt[0], dict)
-
-
-def _raise_on_error(event: TokenEvent) -> None:
-    if event.finish_reason is FinishReason.ERROR:
-        raise RuntimeError(f"generation failed: {event.error}")
-
-
-def _until_finished(events: queue.Queue[Any], num_choices: int) -> Iterator[tuple[int, TokenEvent]]:
-    """(tag, event) pairs until every choice has finished; raises on an engine error."""
-    remaining = num_choices
-    while remaining:
-        item = events.get()
-        tag, event = item if isinstance(item, tuple) else (0, item)
-        _raise_on_error(event)
-        remaining -= event.finish_reason is not None
-        yield tag, event

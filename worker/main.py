@@ -18,16 +18,13 @@ from common.curve import make_client
 from common.schemas import (
     Abort,
     Accepted,
-    Finished,
     GatewayBeat,
     Heartbeat,
-    Message,
     Register,
     Rejected,
     Submit,
     Tokenize,
     Tokenized,
-    Tokens,
 )
 from common.wire import DEFAULT_MAX_FRAME_BYTES, MAX_FRAMES_PER_MESSAGE, DropCounter, encode
 from worker.engine import InferenceEngine
@@ -35,6 +32,7 @@ from worker.errors import RequestError
 from worker.health import HealthServer
 from worker.sampling_params import SamplingParams
 from worker.sequence import TokenEvent
+from worker.wire_events import to_wire
 
 log = logging.getLogger(__name__)
 
@@ -59,44 +57,6 @@ class WorkerConfig:
         for name in ("heartbeat_s", "gateway_timeout_s", "drain_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-
-
-def to_wire(event: TokenEvent) -> list[Message]:
-    """A scheduler event as wire messages: its text and tokens, then its end if it ended."""
-    messages: list[Message] = []
-    if event.token_ids or event.text or event.tool_calls:
-        logprobs = None
-        if event.logprobs:
-            logprobs = [
-                [lp.token_id, lp.text, lp.logprob, [list(top) for top in lp.top]]
-                for lp in event.logprobs
-            ]
-        tool_calls = [[d.index, d.id, d.name, d.arguments] for d in event.tool_calls] or None
-        messages.append(
-            Tokens(
-                event.request_id,
-                event.index,
-                event.text,
-                list(event.token_ids),
-                logprobs,
-                tool_calls,
-            )
-        )
-    if event.finish_reason is not None:
-        usage = event.usage
-        messages.append(
-            Finished(
-                request_id=event.request_id,
-                index=event.index,
-                finish_reason=event.finish_reason.value,
-                prompt_tokens=usage.prompt_tokens if usage else 0,
-                completion_tokens=usage.completion_tokens if usage else 0,
-                cached_tokens=usage.cached_tokens if usage else 0,
-                stop=event.stop,
-                error=event.error,
-            )
-        )
-    return messages
 
 
 class WorkerServer:
