@@ -43,7 +43,7 @@ class GrammarCompiler:
 
     def __init__(self, hf_tokenizer: Any, vocab_size: int) -> None:
         self._hf_tokenizer = hf_tokenizer
-        self._vocab_size = vocab_size
+        self.vocab_size = vocab_size
         self._tokenizer: llguidance.LLTokenizer | None = None
         self._lock = threading.Lock()
         self.compile_seconds = 0.0
@@ -77,7 +77,7 @@ class GrammarCompiler:
         with self._lock:
             if self._tokenizer is None:
                 self._tokenizer = llguidance.hf.from_tokenizer(
-                    self._hf_tokenizer, n_vocab=self._vocab_size
+                    self._hf_tokenizer, n_vocab=self.vocab_size
                 )
             return self._tokenizer
 

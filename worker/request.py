@@ -174,6 +174,13 @@ class RequestFactory:
         sink: EventSink,
     ) -> list[Sequence]:
         max_total = self.check_length(len(prompt_ids), params)
+        vocab = self.grammars.vocab_size
+        outside = [token for token, _ in params.logit_bias if token >= vocab]
+        if outside:
+            message = (
+                f"logit_bias: token id {outside[0]} is outside the vocabulary (0..{vocab - 1})"
+            )
+            raise RequestError(message, "logit_bias")
         # One matcher per choice; the grammar is compiled once (and cached across requests).
         matchers = [self.grammars.matcher(params) for _ in range(params.n)]
         with self._lock:

@@ -205,6 +205,8 @@ def sample_batch(
     logits = logits.float()
     if rows.penalties is not None:
         logits = apply_penalties(logits, rows.penalties)
+    if rows.logit_bias is not None:  # after the penalties, before temperature and filters
+        logits = logits.index_put(rows.logit_bias[:2], rows.logit_bias[2], accumulate=True)
     token_ids = _pick(logits, rows, pipeline or _DEFAULT_PIPELINE)
     if not rows.any_logprobs:
         return SampleOutput(token_ids.tolist(), [None] * rows.num_rows, [None] * rows.num_rows)

@@ -11,6 +11,7 @@ from common.tool_calls import CHOICES
 from worker.errors import RequestError
 
 MAX_TOP_LOGPROBS = 20
+MAX_LOGIT_BIAS = 100
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class SamplingParams:
     # The chat ends with an assistant message the answer continues (the prefill idiom),
     # rather than a turn it answers.
     continue_final_message: bool = False
+    # (token id, bias) pairs added to the logits before sampling (OpenAI's logit_bias).
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         _check(self.temperature >= 0, "temperature", self.temperature, "must be >= 0")
@@ -88,6 +91,20 @@ class SamplingParams:
         for i, tool in enumerate(self.tools):
             ok = isinstance(tool, Mapping) and isinstance(tool.get("name"), str)
             _check(ok, f"tools[{i}]", tool, "must be an object with a name")
+        for pair in self.logit_bias:
+            ok = (
+                len(pair) == 2
+                and isinstance(pair[0], int)
+                and pair[0] >= 0
+                and isinstance(pair[1], (int, float))
+                and -MAX_LOGIT_BIAS <= pair[1] <= MAX_LOGIT_BIAS
+            )
+            _check(
+                ok,
+                "logit_bias",
+                pair,
+                f"must map token ids to [-{MAX_LOGIT_BIAS}, {MAX_LOGIT_BIAS}]",
+            )
         choice = self.tool_choice
         ok = choice in CHOICES or (isinstance(choice, Mapping) and "name" in choice)
         _check(ok, "tool_choice", choice, f'must be one of {CHOICES} or {{"name": …}}')
@@ -124,6 +141,8 @@ class SamplingParams:
             kwargs["stop"] = (kwargs["stop"],)
         if kwargs.get("tools") is not None:
             kwargs["tools"] = tuple(kwargs["tools"])
+        if kwargs.get("logit_bias") is not None:
+            kwargs["logit_bias"] = tuple(tuple(pair) for pair in kwargs["logit_bias"])
         for name in ("stop", "stop_token_ids"):
             if name in kwargs and kwargs[name] is not None:
                 kwargs[name] = tuple(kwargs[name])

@@ -65,6 +65,7 @@ class SamplingRows:
     logprob_rows: tuple[int, ...]  # same rows as logprob_index, on the host
     top_logprobs: tuple[int, ...]  # (B,) how many alternatives each row wants, 0 = none
     penalties: PenaltyRows | None
+    logit_bias: tuple[Tensor, Tensor, Tensor] | None  # (rows, token ids, biases), flat
     max_top_k: int
     top_p_candidates: int  # how many best tokens top-p examines before sorting a row whole
     max_top_logprobs: int
@@ -95,6 +96,15 @@ class SamplingRows:
         logprob_rows = tuple(i for i, p in enumerate(params) if p.logprobs)
         top_logprobs = tuple(p.top_logprobs if p.logprobs else 0 for p in params)
         penalties = PenaltyRows.build(rows, device)
+        biased = [(i, t, b) for i, p in enumerate(params) for t, b in p.logit_bias]
+        logit_bias = None
+        if biased:
+            rows_, ids, biases = zip(*biased, strict=True)
+            logit_bias = (
+                torch.tensor(rows_, dtype=torch.long, device=device),
+                torch.tensor(ids, dtype=torch.long, device=device),
+                torch.tensor(biases, dtype=torch.float32, device=device),
+            )
         return cls(
             num_rows=len(params),
             temperature=floats[0],
@@ -109,6 +119,7 @@ class SamplingRows:
             logprob_rows=logprob_rows,
             top_logprobs=top_logprobs,
             penalties=penalties,
+            logit_bias=logit_bias,
             max_top_k=max(top_k, default=0),
             top_p_candidates=top_p_candidates,
             max_top_logprobs=max(top_logprobs, default=0),

@@ -26,6 +26,7 @@ from gateway.protocols.validate import (
     get_object,
     get_str,
     require_object,
+    show,
     string_list,
     wrong_type,
 )
@@ -34,6 +35,7 @@ FINISH_REASONS = {FINISH_STOP: "stop", FINISH_LENGTH: "length"}
 MAX_N = 16
 MAX_STOPS = 4
 MAX_TOP_LOGPROBS = 20
+MAX_LOGIT_BIAS_ENTRIES = 1024
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -147,11 +149,32 @@ def _params(body: dict[str, Any]) -> dict[str, Any]:
         "logprobs": get_bool(body, "logprobs"),
         "top_logprobs": get_int(body, "top_logprobs", low=0, high=MAX_TOP_LOGPROBS),
         "structured_output": openai_response_format(body.get("response_format")),
+        "logit_bias": _logit_bias(get_object(body, "logit_bias")),
     }
     params.update((key, value) for key, value in optional.items() if value is not None)
     params.update(openai_tools(body))
     _check_consistent(params)
     return params
+
+
+def _logit_bias(value: dict[str, Any] | None) -> list[list[float]] | None:
+    """`logit_bias`: {"token id": bias in [-100, 100]} as [[id, bias], ...] pairs."""
+    if not value:
+        return None
+    if len(value) > MAX_LOGIT_BIAS_ENTRIES:
+        message = f"logit_bias may hold at most {MAX_LOGIT_BIAS_ENTRIES} entries, got {len(value)}"
+        raise GatewayError.invalid(message, "logit_bias")
+    pairs: list[list[float]] = []
+    for key, bias in value.items():
+        if not key.isdigit() or len(key) > 10:
+            message = f"logit_bias keys must be token ids, got {show(key)}"
+            raise GatewayError.invalid(message, "logit_bias")
+        ok = isinstance(bias, (int, float)) and not isinstance(bias, bool)
+        if not ok or not -100 <= bias <= 100:
+            message = f"logit_bias[{key}] must be a number in [-100, 100], got {show(bias)}"
+            raise GatewayError.invalid(message, "logit_bias")
+        pairs.append([int(key), float(bias)])
+    return pairs
 
 
 def _check_consistent(params: dict[str, Any]) -> None:

@@ -74,3 +74,16 @@ def test_int4_compiled_worker_answers_a_real_question():
     finally:
         server.stop()
         assert not server.group_alive()
+
+
+def test_logit_bias_steers_the_tokens_and_a_bad_id_is_a_400(server: Server):
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    forced = client.chat.completions.create(
+        model=MODEL, messages=QUESTION, max_tokens=3, temperature=0, logit_bias={"665": 100}
+    )
+    assert forced.choices[0].message.content == " there there there"  # token 665 is " there"
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model=MODEL, messages=QUESTION, max_tokens=3, logit_bias={"99999999": 1}
+        )
+    assert caught.value.body["param"] == "logit_bias"

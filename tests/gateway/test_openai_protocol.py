@@ -625,3 +625,14 @@ def test_module_does_not_import_torch_or_worker():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout == "[]\n"
+
+
+def test_logit_bias_becomes_token_id_pairs():
+    params = parse(logit_bias={"50": 5, "7": -100}).params
+    assert params["logit_bias"] == [[50, 5.0], [7, -100.0]]
+
+
+@pytest.mark.parametrize("bias", [{"x": 1}, {"5": 101}, {"5": "1"}, {"5": True}, [1]])
+def test_bad_logit_bias_is_a_400_naming_it(bias: Any):
+    error = parse_error({"messages": HELLO, "logit_bias": bias})
+    assert (error.kind, error.param) == (ErrorKind.INVALID_REQUEST, "logit_bias")

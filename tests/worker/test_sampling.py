@@ -467,3 +467,21 @@ def test_sample_rejects_invalid_logits(logits: torch.Tensor) -> None:
 def test_sample_batch_rejects_a_row_count_mismatch() -> None:
     with pytest.raises(ValueError, match=r"logits must be \(2, V\), got \(3, 4\)"):
         sample_batch(torch.zeros(3, 4), build(make_row(), make_row()))
+
+
+def test_logit_bias_moves_only_its_rows_tokens() -> None:
+    logits = log_probs_rows(3)  # argmax 1 in every row
+    rows = build(
+        make_row(temperature=0, logit_bias=((4, 100.0),)),
+        make_row(temperature=0),
+        make_row(temperature=0, logit_bias=((1, -100.0), (2, 0.5))),
+    )
+    out = sample_batch(logits, rows)
+    assert out.token_ids == [4, 1, 3]  # row 2: 1 is banned, 2 gets 0.5 but 3 is still ahead
+    assert torch.equal(logits, log_probs_rows(3))  # the caller's logits are not changed
+
+
+@pytest.mark.parametrize("pair", [(5, 101.0), (-1, 1.0), (5, float("nan"))])
+def test_logit_bias_out_of_range_is_refused(pair: tuple[int, float]) -> None:
+    with pytest.raises(ValueError, match="logit_bias"):
+        SamplingParams(logit_bias=(pair,))
