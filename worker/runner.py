@@ -53,6 +53,14 @@ class ModelRunner:
         lengths = [len(c.token_ids) for c in chunks]
         if min(lengths) < 1:
             raise ValueError("every chunk must feed at least one token")
+        if max(lengths) == 1:
+            return self._decode_batch(chunks)
+        return self._packed_batch(chunks, lengths)
+
+    def _packed_batch(
+        self, chunks: Sequence[Chunk], lengths: list[int]
+    ) -> tuple[torch.Tensor, ForwardBatch]:
+        """Any mix of prefill and decode chunks, packed back to back."""
         ends = [c.end for c in chunks]
         offsets = torch.tensor([0, *lengths]).cumsum(0)
         positions = torch.cat([torch.arange(c.start, c.end) for c in chunks])
@@ -92,3 +100,27 @@ class ModelRunner:
             seq_lengths=None if query_len == 1 else tuple(zip(lengths, ends, strict=True)),
         )
         return input_ids.to(device), batch
+
+    def _decode_batch(self, chunks: Sequence[Chunk]) -> tuple[torch.Tensor, ForwardBatch]:
+        """build_batch for one new token per sequence, the common step: the same batch with
+        a third of the tensor operations (they cost ~0.4 ms of a 9 ms step at one row)."""
+        starts = [c.start for c in chunks]
+        positions = torch.tensor(starts)
+        write_slots = torch.tensor([self.cache.slots(c.seq_id, c.start, c.end)[0] for c in chunks])
+        read_slots = self.cache.read_slots([c.seq_id for c in chunks], [s + 1 for s in starts])
+        key_pos = torch.arange(read_slots.shape[1])
+        mask = key_pos[None, :] <= positions[:, None]  # (B, T) causal
+        if self.sliding_window is not None:
+            mask &= key_pos[None, :] > positions[:, None] - self.sliding_window
+        wanted = [i for i, c in enumerate(chunks) if c.wants_logits]
+        device = self.device
+        batch = ForwardBatch(
+            positions=positions.to(device),
+            write_slots=write_slots.to(device),
+            read_slots=read_slots.to(device),
+            mask=mask[:, None, None, :].to(device),
+            query_index=None,
+            logits_index=torch.tensor(wanted, dtype=torch.long).to(device),
+            max_query_len=1,
+        )
+        return torch.tensor([c.token_ids[0] for c in chunks]).to(device), batch

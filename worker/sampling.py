@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -30,6 +31,7 @@ __all__ = [
     "inverse_cdf",
     "sample",
     "sample_batch",
+    "sample_rows",
 ]
 
 _NEG_INF = float("-inf")
@@ -212,6 +214,25 @@ def sample_batch(
         return SampleOutput(token_ids.tolist(), [None] * rows.num_rows, [None] * rows.num_rows)
     logprobs, top_logprobs = _logprobs(logits, rows, token_ids)
     return SampleOutput(token_ids.tolist(), logprobs, top_logprobs)
+
+
+def sample_rows(logits: Tensor, rows: Sequence[RowInput]) -> SampleOutput:
+    """sample_batch for the rows as given. When every row is plain greedy (no logprobs,
+    penalties or bias) the answer is the argmax, without building SamplingRows' tensors:
+    ~0.3 ms of a 9 ms decode step at one row."""
+    if all(_plain_greedy(row.params) for row in rows):
+        none: list[Any] = [None] * len(rows)
+        return SampleOutput(_argmax(logits.float()).tolist(), none, list(none))
+    return sample_batch(logits, SamplingRows.build(rows, logits.device))
+
+
+def _plain_greedy(params: SamplingParams) -> bool:
+    return (
+        params.is_greedy
+        and not params.logprobs
+        and not params.has_penalties
+        and not params.logit_bias
+    )
 
 
 def _pick(logits: Tensor, rows: SamplingRows, pipeline: SamplingPipeline) -> Tensor:

@@ -14,7 +14,7 @@ from worker.grammar import GrammarMasks
 from worker.kv.base import KVCache
 from worker.postprocess import OutputProcessor
 from worker.runner import Chunk, ModelRunner
-from worker.sampling import SamplingRows, sample_batch
+from worker.sampling import sample_rows
 from worker.sequence import FinishReason, Sequence, TokenEvent
 
 log = logging.getLogger(__name__)
@@ -267,7 +267,7 @@ class InferenceScheduler:
             return
         self._forbid_early_stops(seqs, logits)
         self.grammar_masks.apply(logits, seqs)
-        out = sample_batch(logits, SamplingRows.build(seqs, logits.device))
+        out = sample_rows(logits, seqs)
         for i, seq in enumerate(seqs):
             seq.is_prefilling = False
             event = self.processor.append_token(

@@ -18,6 +18,8 @@ from common.schemas import (
     Register,
     Rejected,
     Submit,
+    Tokenize,
+    Tokenized,
     Tokens,
 )
 from common.wire import DropCounter, WireError, decode, encode
@@ -29,6 +31,7 @@ EXAMPLES = [
     Rejected("req-1", "context_length_exceeded", "prompt is too long", "messages"),
     Tokens("req-1", 0, "Hello", [9906], [[9906, "Hello", -0.1, [[9906, "Hello", -0.1]]]]),
     Tokens("req-1", 1, "", [2]),
+    Tokens("req-1", 0, "", [7], tool_calls=[[0, "ab12", "get_weather", ""], [0, None, None, "{}"]]),
     Finished("req-1", 0, "stop", 37, 8, 16, stop="\n\n"),
     Finished("req-1", 0, "stop", 37, 8, 0, stop=2),
     Finished("req-1", 0, "error", 37, 0, 0, error="device lost"),
@@ -37,6 +40,10 @@ EXAMPLES = [
     ),
     Submit("req-2", {}, prompt="raw text"),
     Abort("req-1"),
+    Tokenize("tok-1", {"tools": [{"name": "f"}]}, messages=[{"role": "user", "content": "hi"}]),
+    Tokenize("tok-2", {}, token_ids=[1, 2, 3]),
+    Tokenized("tok-1", [5, 6], max_context=8192),
+    Tokenized("tok-2", [1, 2, 3], text="abc"),
     GatewayBeat("gw-1"),
 ]
 

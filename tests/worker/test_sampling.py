@@ -21,6 +21,7 @@ from worker.sampling import (
     inverse_cdf,
     sample,
     sample_batch,
+    sample_rows,
 )
 from worker.sampling_params import SamplingParams
 
@@ -485,3 +486,22 @@ def test_logit_bias_moves_only_its_rows_tokens() -> None:
 def test_logit_bias_out_of_range_is_refused(pair: tuple[int, float]) -> None:
     with pytest.raises(ValueError, match="logit_bias"):
         SamplingParams(logit_bias=(pair,))
+
+
+def test_sample_rows_takes_the_argmax_shortcut_only_for_plain_greedy_rows() -> None:
+    logits = random_logits(3, 4, 50)
+    plain = [make_row(temperature=0), make_row(temperature=0)]
+    assert sample_rows(logits[:2], plain).token_ids == logits[:2].argmax(-1).tolist()
+
+    def mixed() -> list[SamplingRow]:  # fresh rows each time: a seeded row's generator moves
+        return [
+            make_row(temperature=0, logprobs=True),
+            make_row(temperature=0, logit_bias=((7, 100.0),)),
+            make_row(temperature=0, repetition_penalty=2.0, output=(int(logits[2].argmax()),)),
+            make_row(seed=5, temperature=1.0),
+        ]
+
+    expected = sample_batch(logits, build(*mixed()))
+    out = sample_rows(logits, mixed())
+    assert out.token_ids == expected.token_ids and out.logprobs == expected.logprobs
+    assert out.token_ids[1] == 7 and out.logprobs[0] is not None
