@@ -203,12 +203,16 @@ def _inside_string(text: str) -> bool:
     return inside
 
 
+class GrammarViolation(RuntimeError):
+    """A sampled token the grammar refuses: its choice ends in an error, the batch goes on."""
+
+
 def grammar_finished(matcher: llguidance.LLMatcher, token_id: int) -> bool:
     """Feed the sampled token; True once the grammar is complete (nothing may follow).
 
     The mask only ever lets through tokens the matcher accepts, so a refusal here is a bug:
-    it raises rather than letting the output leave the grammar silently.
+    it raises GrammarViolation rather than letting the output leave the grammar silently.
     """
     if not matcher.consume_token(token_id):
-        raise RuntimeError(f"token {token_id} is outside the grammar: {matcher.get_error()}")
+        raise GrammarViolation(f"token {token_id} is outside the grammar: {matcher.get_error()}")
     return matcher.is_stopped()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from worker.grammar import grammar_finished
+from worker.grammar import GrammarViolation, grammar_finished
 from worker.sequence import FinishReason, Sequence, TokenEvent, TokenLogprob
 from worker.tokenizer import Tokenizer
 from worker.tool_parser import ToolCallDelta
@@ -30,6 +30,7 @@ class OutputProcessor:
         text = ""
         finish: FinishReason | None = None
         stop: str | int | None = None
+        error: str | None = None
         if self._is_stop_token(seq, token_id):
             finish, stop = FinishReason.STOP, token_id
         else:
@@ -37,8 +38,12 @@ class OutputProcessor:
             text = result.text
             if result.matched is not None:
                 finish, stop = FinishReason.STOP, result.matched
-            elif seq.grammar is not None and grammar_finished(seq.grammar, token_id):
-                finish = FinishReason.STOP  # the structured output is complete
+            elif seq.grammar is not None:
+                try:
+                    if grammar_finished(seq.grammar, token_id):
+                        finish = FinishReason.STOP  # the structured output is complete
+                except GrammarViolation as exc:  # this choice fails; the others go on
+                    finish, error = FinishReason.ERROR, str(exc)
         if finish is None and len(seq.token_ids) >= seq.max_total_tokens:
             finish = FinishReason.LENGTH
         if finish is not None and not isinstance(stop, str):
@@ -65,6 +70,7 @@ class OutputProcessor:
             stop=stop,
             usage=seq.usage() if finish is not None else None,
             tool_calls=tuple(tool_calls),
+            error=error,
         )
 
     def _is_stop_token(self, seq: Sequence, token_id: int) -> bool:

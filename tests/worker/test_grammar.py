@@ -149,3 +149,32 @@ def test_constrained_and_free_requests_share_a_batch(engine: InferenceEngine):
     assert json.loads(results[first])["age"] is not None
     stats = engine.get_stats()
     assert stats["grammar_masked_rows"] > 0 and stats["grammar_mask_seconds"] > 0
+
+
+def test_a_token_the_grammar_refuses_ends_only_its_choice_in_an_error(
+    tokenizer: Tokenizer, compiler: GrammarCompiler
+):
+    from worker.postprocess import OutputProcessor
+    from worker.sequence import FinishReason, Sequence
+    from worker.stop import StopStringMatcher
+
+    params = SamplingParams(structured_output=SCHEMA_SPEC)
+    prompt = tokenizer.encode("hi")
+    seq = Sequence(
+        seq_id=0,
+        request_id="r",
+        index=0,
+        token_ids=list(prompt),
+        num_prompt_tokens=len(prompt),
+        params=params,
+        sink=lambda event: None,
+        generator=None,
+        detokenizer=tokenizer.detokenizer(prompt, True),
+        stop_matcher=StopStringMatcher(()),
+        max_total_tokens=100,
+        grammar=compiler.matcher(params),
+    )
+    not_json = tokenizer.encode("Hello", add_special_tokens=False)[0]
+    event = OutputProcessor(tokenizer).append_token(seq, not_json)
+    assert event.finish_reason is FinishReason.ERROR
+    assert "outside the grammar" in (event.error or "")
