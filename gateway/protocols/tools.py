@@ -157,16 +157,14 @@ def _settings(tools: list[dict[str, Any]], choice: Any, parallel: bool) -> dict[
             )
         return {}
     choice = choice or "auto"
+    if isinstance(choice, dict) and choice.get("name") not in {t["name"] for t in tools}:
+        message = f"tool_choice names no given tool: {show(choice.get('name'))}"
+        raise GatewayError.invalid(message, "tool_choice")
     if choice != "none":
         try:  # any schema the grammar engine cannot use is refused here, before any work
             tool_call_grammar(tools, choice, parallel)
         except StructuredOutputError as exc:
-            param = (
-                "tool_choice"
-                if isinstance(choice, dict) and "names no given tool" in str(exc)
-                else "tools"
-            )
-            raise GatewayError.invalid(f"{param}: {exc}", param) from None
+            raise GatewayError.invalid(f"tools: {exc}", "tools") from None
     return {"tools": tools, "tool_choice": choice, "parallel_tool_calls": parallel}
 
 

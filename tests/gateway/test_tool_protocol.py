@@ -490,7 +490,7 @@ def test_unknown_tool_choice_name_error_names_the_function():
     error = parse_error(
         OPENAI, {"messages": HELLO, "tools": [function()], "tool_choice": tool_choice}
     )
-    assert "'get_time'" in error.message
+    assert '"get_time"' in error.message and error.param == "tool_choice"
 
 
 def test_openai_tool_whose_function_is_not_an_object_is_a_400():
