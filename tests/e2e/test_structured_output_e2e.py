@@ -10,9 +10,9 @@ import pydantic
 import pytest
 
 from tests.e2e.harness import Server
+from tests.e2e.sdk import MODEL, anthropic_client, ask, openai_client
 
 pytestmark = pytest.mark.slow
-MODEL = "SmolLM2-135M-Instruct"
 PROMPTS = [
     "Describe a person named Ada who is 36 years old.",
     "Who wrote Hamlet?",
@@ -23,18 +23,6 @@ PROMPTS = [
 class Person(pydantic.BaseModel):
     name: str
     age: int
-
-
-def ask(prompt: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": prompt}]
-
-
-def openai_client(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
-
-
-def anthropic_client(server: Server) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

@@ -8,9 +8,9 @@ import pydantic
 import pytest
 
 from tests.e2e.harness import Server
+from tests.e2e.sdk import MODEL, anthropic_client, ask, openai_client
 
 pytestmark = pytest.mark.slow
-MODEL = "SmolLM2-135M-Instruct"
 PROMPTS = [
     "What is the weather in Paris?",
     "Should I take an umbrella in Tokyo today?",
@@ -23,18 +23,6 @@ class GetWeather(pydantic.BaseModel):
 
     city: str
     unit: str
-
-
-def ask(prompt: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": prompt}]
-
-
-def openai_client(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
-
-
-def anthropic_client(server: Server) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
 
 
 ANTHROPIC_TOOL = {
