@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+import torch
+
 from worker.grammar import GrammarViolation, grammar_finished
 from worker.sequence import FinishReason, Sequence, TokenEvent, TokenLogprob
 from worker.tokenizer import Tokenizer
@@ -72,6 +74,17 @@ class OutputProcessor:
             tool_calls=tuple(tool_calls),
             error=error,
         )
+
+    def forbid_early_stops(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+        """Rows below min_tokens may not sample a stop token (`logits` row i is seqs[i])."""
+        eos = self.tokenizer.eos_token_ids
+        for row, seq in enumerate(seqs):
+            params = seq.params
+            # A grammar decides alone when its output is complete.
+            if seq.num_output_tokens < params.min_tokens and seq.grammar is None:
+                banned = set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos))
+                if banned:
+                    logits[row, sorted(banned)] = float("-inf")
 
     def _is_stop_token(self, seq: Sequence, token_id: int) -> bool:
         params = seq.params

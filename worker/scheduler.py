@@ -6,7 +6,6 @@ import contextlib
 import logging
 import threading
 from collections import deque
-from dataclasses import dataclass
 
 import torch
 
@@ -15,6 +14,7 @@ from worker.kv.base import KVCache
 from worker.postprocess import OutputProcessor
 from worker.runner import Chunk, ModelRunner
 from worker.sampling import sample_rows
+from worker.scheduler_config import SchedulerConfig, SchedulerCounters
 from worker.sequence import FinishReason, Sequence, TokenEvent
 
 log = logging.getLogger(__name__)
@@ -26,29 +26,6 @@ log = logging.getLogger(__name__)
 #   tokens per step) or decodes (feeds exactly its last sampled token); see Sequence.
 # - A sequence gives its pages back the moment it finishes, before its last event is
 #   emitted; an abort takes effect at the next cleanup, within one iteration.
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    max_seqs: int = 64
-    prefill_token_budget: int = 512  # tokens per prefill forward, so decodes keep flowing
-    idle_wait_s: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.max_seqs < 1:
-            raise ValueError(f"max_seqs must be >= 1, got {self.max_seqs}")
-        if self.prefill_token_budget < 1:
-            raise ValueError(f"prefill_token_budget must be >= 1, got {self.prefill_token_budget}")
-
-
-@dataclass
-class SchedulerCounters:
-    total_tasks: int = 0  # requests accepted
-    total_tokens: int = 0  # tokens generated
-    prefill_tokens: int = 0  # prompt tokens computed (cache hits excluded)
-    decode_steps: int = 0
-    preemptions: int = 0
-    finished_tasks: int = 0
 
 
 class InferenceScheduler:
@@ -265,7 +242,7 @@ class InferenceScheduler:
     def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
         if not seqs:
             return
-        self._forbid_early_stops(seqs, logits)
+        self.processor.forbid_early_stops(seqs, logits)
         self.grammar_masks.apply(logits, seqs)
         out = sample_rows(logits, seqs)
         for i, seq in enumerate(seqs):
@@ -279,17 +256,6 @@ class InferenceScheduler:
                 self.cache.release(seq.seq_id)
                 self.counters.finished_tasks += 1
             self._emit(seq, event)
-
-    def _forbid_early_stops(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
-        """Rows below min_tokens may not sample a stop token."""
-        eos = self.processor.tokenizer.eos_token_ids
-        for row, seq in enumerate(seqs):
-            params = seq.params
-            # A grammar decides alone when its output is complete.
-            if seq.num_output_tokens < params.min_tokens and seq.grammar is None:
-                banned = set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos))
-                if banned:
-                    logits[row, sorted(banned)] = float("-inf")
 
     def _finish(self, seq: Sequence, reason: FinishReason, error: str | None = None) -> None:
         seq.finish_reason = reason

@@ -1,0 +1,28 @@
+"""The scheduler's settings and the counters it keeps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_seqs: int = 64
+    prefill_token_budget: int = 512  # tokens per prefill forward, so decodes keep flowing
+    idle_wait_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max_seqs < 1:
+            raise ValueError(f"max_seqs must be >= 1, got {self.max_seqs}")
+        if self.prefill_token_budget < 1:
+            raise ValueError(f"prefill_token_budget must be >= 1, got {self.prefill_token_budget}")
+
+
+@dataclass
+class SchedulerCounters:
+    total_tasks: int = 0  # requests accepted
+    total_tokens: int = 0  # tokens generated
+    prefill_tokens: int = 0  # prompt tokens computed (cache hits excluded)
+    decode_steps: int = 0
+    preemptions: int = 0
+    finished_tasks: int = 0
