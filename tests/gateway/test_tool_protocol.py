@@ -17,6 +17,8 @@ from gateway.protocols.base import (
     ToolCallPart,
 )
 from gateway.protocols.openai import OpenAIResponseBuilder
+from tests.gateway.test_anthropic_protocol import events_of
+from tests.gateway.test_openai_protocol import data
 
 OPENAI = OpenAIResponseBuilder()
 ANTHROPIC = AnthropicResponseBuilder()
@@ -65,26 +67,6 @@ def make_state(request_id: str) -> StreamState:
         cached_tokens=4,
         completion_tokens=2,
     )
-
-
-def openai_data(events: list[str]) -> list[Any]:
-    """Each `data: …\\n\\n` event's payload, JSON-decoded."""
-    payloads = []
-    for event in events:
-        assert event.startswith("data: ") and event.endswith("\n\n"), event
-        payloads.append(json.loads(event[len("data: ") : -2]))
-    return payloads
-
-
-def anthropic_events(events: list[str]) -> list[tuple[str, Any]]:
-    """Each `event: NAME\\ndata: JSON\\n\\n` as (NAME, decoded JSON)."""
-    decoded = []
-    for event in events:
-        head, body = event.split("\n", 1)
-        assert head.startswith("event: ") and body.startswith("data: "), event
-        assert body.endswith("\n\n") and body.count("\n") == 2, event
-        decoded.append((head[len("event: ") :], json.loads(body[len("data: ") : -2])))
-    return decoded
 
 
 # Two calls as the worker sends them: id and name first (no arguments), then argument text.
@@ -567,7 +549,7 @@ def test_openai_stream_of_tool_calls():
     events = OPENAI.stream_tool_calls(state, 0, FIRST_CALL_PARTS)
     events += OPENAI.stream_tool_calls(state, 0, SECOND_CALL_PARTS)
     events += OPENAI.stream_choice_end(state, tool_choice_result())
-    deltas = [chunk["choices"] for chunk in openai_data(events)]
+    deltas = [chunk["choices"] for chunk in data(events)]
 
     def call_delta(call: dict[str, Any]) -> list[dict[str, Any]]:
         return [
@@ -600,7 +582,7 @@ def test_openai_stream_of_tool_calls():
 
 def test_openai_streamed_argument_fragments_join_to_the_arguments():
     state = make_state("chatcmpl-abc")
-    chunks = openai_data(OPENAI.stream_tool_calls(state, 0, FIRST_CALL_PARTS + SECOND_CALL_PARTS))
+    chunks = data(OPENAI.stream_tool_calls(state, 0, FIRST_CALL_PARTS + SECOND_CALL_PARTS))
     joined: dict[int, str] = {}
     for chunk in chunks:
         (call,) = chunk["choices"][0]["delta"]["tool_calls"]
@@ -672,7 +654,7 @@ def test_anthropic_stream_of_tool_calls():
     events += ANTHROPIC.stream_tool_calls(state, 0, FIRST_CALL_PARTS)
     events += ANTHROPIC.stream_tool_calls(state, 0, SECOND_CALL_PARTS)
     events += ANTHROPIC.stream_choice_end(state, tool_choice_result())
-    decoded = anthropic_events(events)
+    decoded = events_of(events)
     assert [name for name, _ in decoded[:2]] == ["message_start", "content_block_start"]
     assert decoded[1][1]["content_block"] == {"type": "text", "text": ""}
     assert decoded[2:] == [
@@ -698,7 +680,7 @@ def test_anthropic_stream_of_tool_calls():
 def test_anthropic_streamed_json_fragments_join_to_the_input():
     state = make_state("msg_abc")
     ANTHROPIC.stream_start(state)
-    events = anthropic_events(ANTHROPIC.stream_tool_calls(state, 0, FIRST_CALL_PARTS))
+    events = events_of(ANTHROPIC.stream_tool_calls(state, 0, FIRST_CALL_PARTS))
     fragments = [
         payload["delta"]["partial_json"]
         for name, payload in events
