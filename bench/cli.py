@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.loadgen import LoadSpec, RequestRecord, run_load
+from bench.loadgen import LoadSpec, RequestRecord, drive_load
 from bench.plots import plot_sweep
 from bench.summary import summarize
 from bench.workloads import named_workload
@@ -99,15 +98,13 @@ def run(args: argparse.Namespace) -> int:
     points = []
     for value in values:
         progress = Progress(len(workload.conversations), f"{axis} {value}", not args.no_progress)
-        records, wall = asyncio.run(
-            run_load(
-                spec,
-                workload.conversations,
-                concurrency=value if axis == "concurrency" else None,
-                rate=value if axis == "rate" else None,
-                on_done=progress,
-                max_tokens_each=workload.max_tokens_each,
-            )
+        records, wall = drive_load(
+            spec,
+            workload.conversations,
+            concurrency=value if axis == "concurrency" else None,
+            rate=value if axis == "rate" else None,
+            on_done=progress,
+            max_tokens_each=workload.max_tokens_each,
         )
         points.append({axis: value, **summarize(records, wall, args.slo_ttft, args.slo_itl)})
     args.out.mkdir(parents=True, exist_ok=True)

@@ -8,14 +8,13 @@ a typical tool schema, cold and cached. Prints a markdown table; --out writes it
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.loadgen import LoadSpec, run_load
+from bench.loadgen import LoadSpec, drive_load
 from bench.server import Server
 from bench.summary import summarize
 from bench.workloads import w1
@@ -59,13 +58,13 @@ def throughput(server: Server, rounds: int, requests: int) -> list[dict[str, Any
     conversations = workload.conversations[:requests]
     # Warm both paths: the first constrained request builds the grammar tokenizer (~0.5 s).
     for spec in (free, constrained):
-        asyncio.run(run_load(replace(spec, max_tokens=8), conversations[:4], concurrency=4))
+        drive_load(replace(spec, max_tokens=8), conversations[:4], concurrency=4)
     rows = []
     for round_index in range(rounds):
         order = [("free", free), ("json_schema", constrained)]
         for label, spec in order if round_index % 2 == 0 else order[::-1]:
             before = _worker_stats(server)
-            records, wall = asyncio.run(run_load(spec, conversations, concurrency=32))
+            records, wall = drive_load(spec, conversations, concurrency=32)
             summary = summarize(records, wall)
             after = _worker_stats(server)
             rows.append(

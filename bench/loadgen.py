@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import httpx
+from bench.sse_client import HTTPStreamError, StreamingPost
 
 PROTOCOLS = ("openai", "anthropic")
 
@@ -98,40 +98,48 @@ def _text_and_usage(protocol: str, event: dict[str, Any]) -> tuple[str, int | No
     return text, usage.get("completion_tokens")
 
 
-async def run_one(
-    client: httpx.AsyncClient, spec: LoadSpec, messages: list[dict[str, Any]], t0: float
-) -> RequestRecord:
-    path, body = request_body(spec, messages)
-    headers = {"authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
+async def run_one(spec: LoadSpec, messages: list[dict[str, Any]], t0: float) -> RequestRecord:
+    """One streamed request on a fresh connection (a kept-alive one races the server closing
+    it: llama.cpp's server did, failing 2 of 32 sequential requests)."""
     started = time.perf_counter()
     record = RequestRecord(ok=False, start=started - t0)
-    deltas = 0
     try:
-        async with client.stream("POST", path, json=body, headers=headers) as response:
-            if response.status_code != 200:
-                text = (await response.aread()).decode(errors="replace")
-                record.error = f"HTTP {response.status_code}: {text[:200]}"
-                return record
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                text, tokens = _text_and_usage(spec.protocol, json.loads(line[6:]))
-                now = time.perf_counter() - started
-                if text:
-                    deltas += 1
-                    record.token_times.append(now)
-                    if record.ttft is None:
-                        record.ttft = now
-                if tokens is not None:
-                    record.output_tokens = tokens
-        record.latency = time.perf_counter() - started
-        record.output_tokens = record.output_tokens or deltas
-        record.ok = record.ttft is not None
-        if not record.ok:
-            record.error = "no tokens"
-    except (httpx.HTTPError, RuntimeError, json.JSONDecodeError) as exc:
-        record.error = f"{type(exc).__name__}: {exc}"
+        await asyncio.wait_for(_stream_into(record, spec, messages, started), spec.timeout_s)
+    except asyncio.TimeoutError:
+        record.error = f"timed out after {spec.timeout_s:g} s"
+    except (OSError, HTTPStreamError, asyncio.IncompleteReadError, ValueError, RuntimeError) as exc:
+        record.error = f"{type(exc).__name__}: {exc}"  # JSONDecodeError is a ValueError
     return record
+
+
+async def _stream_into(
+    record: RequestRecord, spec: LoadSpec, messages: list[dict[str, Any]], started: float
+) -> None:
+    path, body = request_body(spec, messages)
+    headers = {"authorization": f"Bearer {spec.api_key}"} if spec.api_key else {}
+    deltas = 0
+    async with StreamingPost(spec.url, path, body, headers) as response:
+        if response.status != 200:
+            text = (await response.read()).decode(errors="replace")
+            record.error = f"HTTP {response.status}: {text[:200]}"
+            return
+        async for line in response.lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            text, tokens = _text_and_usage(spec.protocol, json.loads(line[6:]))
+            now = time.perf_counter() - started
+            if text:
+                deltas += 1
+                record.token_times.append(now)
+                if record.ttft is None:
+                    record.ttft = now
+            if tokens is not None:
+                record.output_tokens = tokens
+    record.latency = time.perf_counter() - started
+    record.output_tokens = record.output_tokens or deltas
+    record.ok = record.ttft is not None
+    if not record.ok:
+        record.error = "no tokens"
 
 
 async def run_load(
@@ -152,40 +160,45 @@ async def run_load(
         raise ValueError("max_tokens_each needs one budget per conversation")
     if (concurrency is None) == (rate is None):
         raise ValueError("give exactly one of concurrency or rate")
-    # A fresh connection per request: reusing a kept-alive one races the server closing it
-    # (llama.cpp's server did, failing 2 of 32 sequential requests); a loopback connect is
-    # well under a millisecond.
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
-    async with httpx.AsyncClient(
-        base_url=spec.url, timeout=spec.timeout_s, limits=limits
-    ) as client:
-        t0 = time.perf_counter()
-        records: list[RequestRecord] = []
+    t0 = time.perf_counter()
+    records: list[RequestRecord] = []
 
-        async def one(item: tuple[list[dict[str, Any]], int]) -> None:
-            messages, budget = item
-            record = await run_one(client, replace(spec, max_tokens=budget), messages, t0)
-            records.append(record)
-            if on_done is not None:
-                on_done(record)
+    async def one(item: tuple[list[dict[str, Any]], int]) -> None:
+        messages, budget = item
+        record = await run_one(replace(spec, max_tokens=budget), messages, t0)
+        records.append(record)
+        if on_done is not None:
+            on_done(record)
 
-        items = list(zip(conversations, budgets, strict=True))
-        if concurrency is not None:
-            queue: asyncio.Queue[tuple[list[dict[str, Any]], int]] = asyncio.Queue()
-            for item in items:
-                queue.put_nowait(item)
+    items = list(zip(conversations, budgets, strict=True))
+    if concurrency is not None:
+        queue: asyncio.Queue[tuple[list[dict[str, Any]], int]] = asyncio.Queue()
+        for item in items:
+            queue.put_nowait(item)
 
-            async def worker() -> None:
-                while not queue.empty():
-                    await one(queue.get_nowait())
+        async def worker() -> None:
+            while not queue.empty():
+                await one(queue.get_nowait())
 
-            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(items)))))
-        else:
-            assert rate is not None
-            rng = random.Random(seed)
-            tasks = []
-            for item in items:
-                tasks.append(asyncio.create_task(one(item)))
-                await asyncio.sleep(rng.expovariate(rate))
-            await asyncio.gather(*tasks)
-        return records, time.perf_counter() - t0
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(items)))))
+    else:
+        assert rate is not None
+        rng = random.Random(seed)
+        tasks = []
+        for item in items:
+            tasks.append(asyncio.create_task(one(item)))
+            await asyncio.sleep(rng.expovariate(rate))
+        await asyncio.gather(*tasks)
+    return records, time.perf_counter() - t0
+
+
+def drive_load(
+    spec: LoadSpec, conversations: Sequence[list[dict[str, Any]]], **kwargs: Any
+) -> tuple[list[RequestRecord], float]:
+    """`run_load` to completion on uvloop where installed: the client's CPU per streamed
+    token is taken from the server being measured on a small machine."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(run_load(spec, conversations, **kwargs))
+    return uvloop.run(run_load(spec, conversations, **kwargs))

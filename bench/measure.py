@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import queue
 import statistics
 import time
@@ -12,7 +11,7 @@ from typing import Any
 
 import torch
 
-from bench.loadgen import LoadSpec, run_load
+from bench.loadgen import LoadSpec, drive_load
 from bench.server import LlamaServer, Server
 from bench.summary import summarize
 from bench.workloads import Workload
@@ -186,9 +185,7 @@ def run_http(
 ) -> RunResult:
     """The same closed loop over HTTP + SSE: our gateway (+ ZeroMQ + worker) or another server."""
     spec = LoadSpec(url=server.url, max_tokens=workload.max_tokens, ignore_eos=workload.ignore_eos)
-    records, wall = asyncio.run(
-        run_load(spec, workload.conversations[:num_requests], concurrency=concurrency)
-    )
+    records, wall = drive_load(spec, workload.conversations[:num_requests], concurrency=concurrency)
     summary = summarize(records, wall)
     if summary["errors"]:
         raise RuntimeError(f"{label}: {summary['errors']} errors, e.g. {summary['error_samples']}")

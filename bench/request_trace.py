@@ -7,12 +7,11 @@ python -m bench.request_trace server-itl --url http://127.0.0.1:8200 --requests 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import queue
 import statistics
 import time
 
-from bench.loadgen import LoadSpec, run_load
+from bench.loadgen import LoadSpec, drive_load
 from bench.workloads import w1, w2
 from worker.engine import InferenceEngine
 from worker.sampling_params import SamplingParams
@@ -52,7 +51,7 @@ def w2_waves(concurrency: int = 32, num_requests: int = 64) -> list[float]:
 def server_itl(url: str, num_requests: int) -> list[tuple[int, float, float]]:
     """(tokens, TTFT s, ITL p50 s) of W1 requests sent one after the other to `url`."""
     spec = LoadSpec(url=url, max_tokens=128, ignore_eos=True)
-    records, _ = asyncio.run(run_load(spec, w1().conversations[:num_requests], concurrency=1))
+    records, _ = drive_load(spec, w1().conversations[:num_requests], concurrency=1)
     return [(r.output_tokens, r.ttft or 0.0, statistics.median(r.itls or [0.0])) for r in records]
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
-from bench.loadgen import LoadSpec, run_load
+from bench.loadgen import LoadSpec, drive_load
 from bench.server import Server
 from bench.summary import summarize
 from bench.workloads import multi_tenant
@@ -26,9 +25,7 @@ def run_policy(policy: str, args: argparse.Namespace) -> dict[str, Any]:
     try:
         workload = multi_tenant(args.num_requests, args.max_tokens)
         spec = LoadSpec(url=server.url, max_tokens=args.max_tokens, ignore_eos=True)
-        records, wall = asyncio.run(
-            run_load(spec, workload.conversations, concurrency=args.concurrency)
-        )
+        records, wall = drive_load(spec, workload.conversations, concurrency=args.concurrency)
         summary = summarize(records, wall)
         workers = server.stats()["workers"]
         return {

@@ -9,7 +9,6 @@ Results: <out>/speed.json and <out>/speed.md (docs/BENCHMARKS.md quotes them).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import subprocess
@@ -22,7 +21,7 @@ import torch
 
 from bench.accuracy import top1_agreement
 from bench.engine_bench import isolated
-from bench.loadgen import LoadSpec, run_load
+from bench.loadgen import LoadSpec, drive_load
 from bench.measure import RunResult, run_http, worker_memory
 from bench.server import REPO, LlamaServer, Server
 from bench.speed_report import goals_table, mixed_table, runs_table
@@ -54,17 +53,15 @@ def mixed_points(server: Any, num_requests: int) -> list[dict[str, Any]]:
         ]
         for t in TENANTS
     ]
-    asyncio.run(run_load(replace(spec, max_tokens=1), tenants, concurrency=1))
+    drive_load(replace(spec, max_tokens=1), tenants, concurrency=1)
     points = []
     for rate in MIXED_RATES:
-        records, wall = asyncio.run(
-            run_load(
-                spec,
-                workload.conversations,
-                rate=rate,
-                seed=1,
-                max_tokens_each=workload.max_tokens_each,
-            )
+        records, wall = drive_load(
+            spec,
+            workload.conversations,
+            rate=rate,
+            seed=1,
+            max_tokens_each=workload.max_tokens_each,
         )
         points.append({"rate": rate, **summarize(records, wall, SLO_TTFT_S, SLO_ITL_S)})
     return points

@@ -43,22 +43,28 @@ def test_matches_float64_on_the_weights_the_blocks_hold(
     assert_matches(layer(x), reference(x, weight, bias))
 
 
+# 16 outputs: the direct kernel starts its sums from the residual; 20 (a padded last tile): the
+# residual is added afterwards. Rows 5 and 70 (two 64-row passes), with and without a bias.
 @pytest.mark.parametrize("panel_rows", [0, 1])
 @pytest.mark.parametrize("block_format", ["q4_1", "q8_0"])
+@pytest.mark.parametrize(
+    ("outputs", "rows", "with_bias"), [(16, 5, False), (16, 70, True), (20, 5, True)]
+)
 def test_norm_gate_and_residual_are_fused_as_a_decoder_layer_applies_them(
-    block_format: str, panel_rows: int
+    block_format: str, panel_rows: int, outputs: int, rows: int, with_bias: bool
 ):
-    weight = GRIDS[block_format](16, 64, seed=3)
-    layer = BlockLinear(pack_blocks(weight, block_format), None, block_format, panel_rows)
+    weight = GRIDS[block_format](outputs, 64, seed=3)
+    bias = torch.randn(outputs) if with_bias else None
+    layer = BlockLinear(pack_blocks(weight, block_format), bias, block_format, panel_rows)
     norm = RMSNorm(64, eps=1e-5)
     with torch.no_grad():
         norm.weight.copy_(torch.rand(64) + 0.5)
-    gate_up, residual = torch.randn(5, 128) * 3, torch.randn(5, 16)
+    gate_up, residual = torch.randn(rows, 128) * 3, torch.randn(rows, outputs)
 
     with torch.inference_mode():
         out = layer(gate_up, residual=residual, norm=norm, gated=True)
         gated = F.silu(gate_up[:, :64]) * gate_up[:, 64:]
-        expected = reference(norm(gated), weight) + residual.double()
+        expected = reference(norm(gated), weight, bias) + residual.double()
     assert_matches(out, expected)
 
 

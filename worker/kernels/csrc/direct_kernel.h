@@ -5,6 +5,7 @@
 // arrive pre-scaled for the shifted codes (activations.h), with their block sums for the m term.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "activations.h"
@@ -27,7 +28,7 @@ constexpr int chains() {
 // one-tile kernel was bound by those loads (one per FMA), the pair ran 1.16x faster at 4 rows.
 template <int R, bool kQ8, int NT>
 void tile(const uint8_t* records, int64_t run, const Rows& rows, int64_t row0, int64_t blocks,
-          float* out, int64_t out_stride) {
+          float* out, const float* init, int64_t out_stride) {
   constexpr int kChains = chains<R, NT>();
   constexpr int64_t kRecord = kQ8 ? kQ8Record : kQ4Record;
   const float* x[R];
@@ -35,7 +36,11 @@ void tile(const uint8_t* records, int64_t run, const Rows& rows, int64_t row0, i
   for (int r = 0; r < R; ++r) {
     x[r] = rows.x.data() + (row0 + r) * rows.k;
     o[r] = out + (row0 + r) * out_stride;
-    for (int n = 0; n < NT; ++n) _mm256_storeu_ps(o[r] + 8 * n, _mm256_setzero_ps());
+    for (int n = 0; n < NT; ++n) {
+      const __m256 start = init == nullptr ? _mm256_setzero_ps()
+                                           : _mm256_loadu_ps(init + (row0 + r) * out_stride + 8 * n);
+      _mm256_storeu_ps(o[r] + 8 * n, start);
+    }
   }
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* rec[NT];
@@ -82,10 +87,11 @@ void tile(const uint8_t* records, int64_t run, const Rows& rows, int64_t row0, i
 #else
 template <int R, bool kQ8>
 void tile_scalar(const uint8_t* records, const Rows& rows, int64_t row0, int64_t blocks,
-                 float* out, int64_t out_stride) {
+                 float* out, const float* init, int64_t out_stride) {
   for (int r = 0; r < R; ++r) {
     const float* x = rows.x.data() + (row0 + r) * rows.k;
     float acc[kTile] = {};
+    if (init != nullptr) std::copy_n(init + (row0 + r) * out_stride, kTile, acc);
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* rec = records + b * (kQ8 ? kQ8Record : kQ4Record);
       for (int c = 0; c < kTile; ++c) {
@@ -113,22 +119,24 @@ void tile_scalar(const uint8_t* records, const Rows& rows, int64_t row0, int64_t
 
 template <int R, bool kQ8, int NT>
 void tile(const uint8_t* records, int64_t run, const Rows& rows, int64_t row0, int64_t blocks,
-          float* out, int64_t out_stride) {
+          float* out, const float* init, int64_t out_stride) {
   for (int n = 0; n < NT; ++n) {
-    tile_scalar<R, kQ8>(records + n * run, rows, row0, blocks, out + 8 * n, out_stride);
+    tile_scalar<R, kQ8>(records + n * run, rows, row0, blocks, out + 8 * n,
+                        init == nullptr ? nullptr : init + 8 * n, out_stride);
   }
 }
 #endif
 
 // Rows [begin, end) of x against NT consecutive tiles' records, in register tiles of <= 4 rows.
+// The sums start from `init` (same layout as out: the residual the layer adds) or from zero.
 template <bool kQ8, int NT>
 void tile_rows(const uint8_t* records, int64_t run, const Rows& rows, int64_t begin, int64_t end,
-               int64_t blocks, float* out, int64_t stride) {
+               int64_t blocks, float* out, const float* init, int64_t stride) {
   int64_t r = begin;
-  for (; r + 4 <= end; r += 4) tile<4, kQ8, NT>(records, run, rows, r, blocks, out, stride);
-  if (end - r == 3) tile<3, kQ8, NT>(records, run, rows, r, blocks, out, stride);
-  if (end - r == 2) tile<2, kQ8, NT>(records, run, rows, r, blocks, out, stride);
-  if (end - r == 1) tile<1, kQ8, NT>(records, run, rows, r, blocks, out, stride);
+  for (; r + 4 <= end; r += 4) tile<4, kQ8, NT>(records, run, rows, r, blocks, out, init, stride);
+  if (end - r == 3) tile<3, kQ8, NT>(records, run, rows, r, blocks, out, init, stride);
+  if (end - r == 2) tile<2, kQ8, NT>(records, run, rows, r, blocks, out, init, stride);
+  if (end - r == 1) tile<1, kQ8, NT>(records, run, rows, r, blocks, out, init, stride);
 }
 
 }  // namespace astrai

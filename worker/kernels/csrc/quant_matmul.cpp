@@ -32,7 +32,7 @@ constexpr int64_t kPanelRows = 64;  // rows per pass of the direct kernel, kept 
 
 template <bool kQ8>
 void direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int64_t tiles,
-            int64_t blocks, float* out) {
+            int64_t blocks, float* out, const float* init) {
   const int64_t m = input.size(0), k = blocks * kBlock, record = record_bytes<kQ8>();
   const Rows rows = prepare_rows(input.data_ptr<float>(), m, k, kQ8, pro, true);
   const int64_t stride = tiles * kTile;
@@ -46,13 +46,19 @@ void direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int6
   for (int64_t pass = 0; pass < m; pass += kPanelRows) {
     const int64_t end_row = std::min(m, pass + kPanelRows);
     parallel_chunks(groups, std::max<int64_t>(1, chunk / width), [&](int64_t begin, int64_t end) {
+      // The kernel prefetches a fixed distance ahead within a chunk, so a chunk's own first
+      // records would arrive one miss at a time: ask for them all at once.
+      const uint8_t* first = w + width * begin * run;
+      const int64_t head = std::min(kPrefetchBytes, (end - begin) * width * run);
+      for (int64_t line = 0; line < head; line += 64) __builtin_prefetch(first + line, 0, 3);
       for (int64_t g = begin; g < end; ++g) {
         const int64_t t = width * g;
         float* o = out + t * kTile;
+        const float* start = init == nullptr ? nullptr : init + t * kTile;
         if (width == 2 && t + 1 < tiles) {
-          tile_rows<kQ8, 2>(w + t * run, run, rows, pass, end_row, blocks, o, stride);
+          tile_rows<kQ8, 2>(w + t * run, run, rows, pass, end_row, blocks, o, start, stride);
         } else {
-          tile_rows<kQ8, 1>(w + t * run, run, rows, pass, end_row, blocks, o, stride);
+          tile_rows<kQ8, 1>(w + t * run, run, rows, pass, end_row, blocks, o, start, stride);
         }
       }
     });
@@ -101,24 +107,33 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
   const at::Tensor input = x.contiguous();
   // Padded to whole tiles; the columns past out_features are dropped by the narrow below.
   at::Tensor out = at::empty({m, tiles * kTile}, x.options());
+  // The direct kernel starts its sums from the residual (no separate add pass) when the
+  // residual is laid out as its output is: float32, contiguous, no padding columns.
+  at::Tensor init;
+  const bool direct_path = !(panel_rows > 0 && m >= panel_rows);
+  if (residual.has_value() && direct_path && n == tiles * kTile &&
+      residual->scalar_type() == at::kFloat && residual->sizes() == out.sizes()) {
+    init = residual->contiguous();
+  }
   if (m > 0) {
     const Prologue pro{gated, norm.defined() ? norm.data_ptr<float>() : nullptr,
                        static_cast<float>(eps)};
     const uint8_t* w = weight.data_ptr<uint8_t>();
     float* o = out.data_ptr<float>();
 #if defined(__AVX2__)
-    if (panel_rows > 0 && m >= panel_rows) {
+    const float* start = init.defined() ? init.data_ptr<float>() : nullptr;
+    if (!direct_path) {
       panel<kQ8>(input, pro, w, tiles, blocks, o);
     } else {
-      direct<kQ8>(input, pro, w, tiles, blocks, o);
+      direct<kQ8>(input, pro, w, tiles, blocks, o, start);
     }
 #else
-    direct<kQ8>(input, pro, w, tiles, blocks, o);
+    direct<kQ8>(input, pro, w, tiles, blocks, o, init.defined() ? init.data_ptr<float>() : nullptr);
 #endif
   }
   at::Tensor result = n == tiles * kTile ? out : out.narrow(1, 0, n).contiguous();
   if (bias.has_value()) result.add_(*bias);
-  if (residual.has_value()) result.add_(*residual);
+  if (residual.has_value() && !init.defined()) result.add_(*residual);
   return result;
 }
 
