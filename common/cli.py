@@ -7,8 +7,12 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from common.wire import DEFAULT_WORKER_BIND
+
+if TYPE_CHECKING:  # each command loads its side on demand, the gateway included
+    from gateway.config import GatewayConfig
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # worker.engine_options has the same; the cli must not import torch.
@@ -31,6 +35,14 @@ def _gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--curve-secret-key", default=None, help="gateway .key_secret (CURVE)")
     parser.add_argument(
         "--curve-authorized-keys", default=None, help="folder of worker .key files allowed"
+    )
+    parser.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let browser pages from ORIGIN (e.g. http://localhost:3000, or *) call the API; "
+        "repeatable; CORS is off without it",
     )
 
 
@@ -104,11 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_gateway(args: argparse.Namespace) -> int:
+def gateway_config(args: argparse.Namespace) -> GatewayConfig:
+    """The GatewayConfig of `astrai gateway`'s parsed arguments."""
     from gateway.config import GatewayConfig
-    from gateway.server import run_gateway as serve
 
-    config = GatewayConfig(
+    return GatewayConfig(
         host=args.host,
         port=args.port,
         worker_bind=args.worker_bind,
@@ -122,8 +134,14 @@ def run_gateway(args: argparse.Namespace) -> int:
         drain_timeout_s=args.drain_timeout,
         curve_secret_key=args.curve_secret_key,
         curve_authorized_keys=args.curve_authorized_keys,
+        cors_origins=tuple(args.cors_origin),
     )
-    serve(config, args.log_level)
+
+
+def run_gateway(args: argparse.Namespace) -> int:
+    from gateway.server import run_gateway as serve
+
+    serve(gateway_config(args), args.log_level)
     return 0
 
 

@@ -104,13 +104,19 @@ class Finished(Message):
 
 @dataclass(frozen=True)
 class Submit(Message):
-    """Generate for chat `messages` (or a raw `prompt`) with sampling `params`."""
+    """Generate for chat `messages` (or a raw `prompt`, or raw `prompts`) with sampling
+    `params`."""
 
     tag: ClassVar[str] = "submit"
     request_id: str
     params: dict[str, Any]
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
+    # The Completions API: each prompt is text or token ids (used as they are) and its own
+    # generation of n choices, numbered prompt-major (prompt p's choice i is p * n + i).
+    prompts: list[str | list[int]] | None = None
+    # Each choice first gets a Tokens message with its prompt's text and no token ids.
+    echo: bool = False
 
 
 @dataclass(frozen=True)

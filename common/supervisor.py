@@ -71,16 +71,9 @@ def _engine_argv(args: argparse.Namespace) -> list[str]:
     return argv
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    if args.workers < 1:
-        raise SystemExit(f"--workers must be >= 1, got {args.workers}")
-    if args.curve_authorized_keys is not None:
-        raise SystemExit(
-            "--curve-authorized-keys restricts remote workers: run `astrai gateway` and "
-            "`astrai worker --curve-secret-key ...` for that"
-        )
-    worker_bind = args.worker_bind or f"tcp://127.0.0.1:{free_loopback_port()}"
-    gateway_argv = [
+def _gateway_argv(args: argparse.Namespace, worker_bind: str) -> list[str]:
+    """The command line of `astrai serve`'s gateway: its own gateway options, passed on."""
+    argv = [
         "--log-level",
         args.log_level,
         "gateway",
@@ -106,13 +99,28 @@ def run_serve(args: argparse.Namespace) -> int:
         str(args.drain_timeout),
     ]
     if args.api_key:
-        gateway_argv += ["--api-key", args.api_key]
+        argv += ["--api-key", args.api_key]
     for flag, value in (
         ("--curve-secret-key", args.curve_secret_key),
         ("--curve-authorized-keys", args.curve_authorized_keys),
     ):
         if value is not None:
-            gateway_argv += [flag, value]
+            argv += [flag, value]
+    for origin in args.cors_origin:
+        argv += ["--cors-origin", origin]
+    return argv
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise SystemExit(f"--workers must be >= 1, got {args.workers}")
+    if args.curve_authorized_keys is not None:
+        raise SystemExit(
+            "--curve-authorized-keys restricts remote workers: run `astrai gateway` and "
+            "`astrai worker --curve-secret-key ...` for that"
+        )
+    worker_bind = args.worker_bind or f"tcp://127.0.0.1:{free_loopback_port()}"
+    gateway_argv = _gateway_argv(args, worker_bind)
     threads = max(1, (os.cpu_count() or 1) // args.workers)  # split the cores, no oversubscription
     children = [_spawn(gateway_argv)]
     stopping = False

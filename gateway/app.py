@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -20,6 +21,7 @@ from gateway.errors import ErrorKind, GatewayError
 from gateway.handler import ProtocolHandler
 from gateway.protocols.anthropic import AnthropicResponseBuilder
 from gateway.protocols.base import ResponseBuilder
+from gateway.protocols.completions import CompletionsResponseBuilder
 from gateway.protocols.openai import OpenAIResponseBuilder
 from gateway.registry import WorkerRegistry
 from gateway.request_ids import RequestIdMiddleware, http_error
@@ -31,6 +33,8 @@ from gateway.workers import WorkerHub
 log = logging.getLogger(__name__)
 # A route that answers with a protocol's handler (its worker access and error shape).
 Route_ = Callable[[ProtocolHandler, Request], Awaitable[Response]]
+# Response headers a browser client may read: its request id, and when to retry a 429.
+CORS_EXPOSED_HEADERS = ["X-Request-Id", "request-id", "Retry-After"]
 
 
 class Gateway:
@@ -57,6 +61,7 @@ class Gateway:
         self.started_at = time.time()
         self.openai = self._handler(OpenAIResponseBuilder())
         self.anthropic = self._handler(AnthropicResponseBuilder())
+        self.completions = self._handler(CompletionsResponseBuilder())
 
     def _handler(self, builder: ResponseBuilder) -> ProtocolHandler:
         return ProtocolHandler(
@@ -150,6 +155,7 @@ class Gateway:
 
         routes = [
             Route("/v1/chat/completions", self._protected(self.openai), methods=["POST"]),
+            Route("/v1/completions", self._protected(self.completions), methods=["POST"]),
             Route("/v1/messages", self._protected(self.anthropic), methods=["POST"]),
             Route(
                 "/v1/messages/count_tokens",
@@ -166,9 +172,28 @@ class Gateway:
         return Starlette(
             routes=routes,
             lifespan=lifespan,
-            middleware=[Middleware(RequestIdMiddleware)],
+            middleware=self._middleware(),
             exception_handlers={404: http_error, 405: http_error},
         )
+
+    def _middleware(self) -> list[Middleware]:
+        """Request ids always; CORS only for the configured origins. CORS is outermost, so
+        it answers a preflight itself: no API key check, no 405 for OPTIONS."""
+        middleware = [Middleware(RequestIdMiddleware)]
+        origins = list(self.config.cors_origins)
+        if origins:
+            cors = Middleware(
+                CORSMiddleware,
+                allow_origins=origins,
+                allow_methods=["GET", "POST"],
+                # Any header the client asks for: beyond the API's own (Authorization,
+                # x-api-key, anthropic-version, X-Request-Id) the official SDKs send theirs
+                # (x-stainless-*, anthropic-beta), and only the origin guards access.
+                allow_headers=["*"],
+                expose_headers=CORS_EXPOSED_HEADERS,
+            )
+            middleware.insert(0, cors)
+        return middleware
 
 
 def create_app(config: GatewayConfig) -> Starlette:

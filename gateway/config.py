@@ -25,6 +25,7 @@ class GatewayConfig:
     drain_timeout_s: float = 30.0  # SIGTERM: how long in-flight streams may take to finish
     curve_secret_key: str | None = None  # the gateway's .key_secret: encrypt worker links
     curve_authorized_keys: str | None = None  # folder of worker .key files allowed in
+    cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API; "*": any
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -51,3 +52,10 @@ class GatewayConfig:
             raise ValueError("curve_authorized_keys needs curve_secret_key")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty")
+        for origin in self.cors_origins:
+            # A browser's Origin header is scheme://host[:port], never with a path or "/".
+            is_origin = origin.startswith(("http://", "https://")) and "/" not in origin[8:]
+            if origin != "*" and not is_origin:
+                raise ValueError(
+                    f"cors_origins must be * or origins like https://example.com, got {origin!r}"
+                )

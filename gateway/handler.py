@@ -151,8 +151,8 @@ class ProtocolHandler:
 
         A worker lost before it accepted is replaced by another one (retried once).
         """
-        submit = Submit(request_id=request_id, params=chat.params, messages=chat.messages)
-        prompt_text = "\n".join(m["content"] for m in chat.messages)
+        submit = chat.submit(request_id)
+        prompt_text = chat.routing_text
         tried: set[str] = set()
         for attempt in range(self.config.submit_attempts):
             candidates = [w for w in self.registry.live(model) if w.worker_id not in tried]
@@ -220,7 +220,7 @@ class ProtocolHandler:
     async def _collect(
         self, state: StreamState, started: Started
     ) -> tuple[ChatResult, float | None]:
-        n = state.request.n
+        n = state.request.num_choices
         choices = [ChoiceResult(index=i) for i in range(n)]
         result = ChatResult(
             request_id=state.request_id,
@@ -237,7 +237,8 @@ class ProtocolHandler:
             if isinstance(message, WorkerLost):
                 raise GatewayError(ErrorKind.UNAVAILABLE, f"worker lost: {message.reason}")
             if isinstance(message, Tokens) and 0 <= message.index < n:
-                ttft = ttft if ttft is not None else time.monotonic() - begun
+                if ttft is None and message.token_ids:  # an echoed prompt is no first token
+                    ttft = time.monotonic() - begun
                 choice = choices[message.index]
                 choice.text += message.text
                 choice.logprobs.extend(logprobs_of(message))
@@ -250,6 +251,7 @@ class ProtocolHandler:
                 choice.finish_reason = message.finish_reason
                 choice.stop = message.stop
                 choice.completion_tokens = message.completion_tokens
-                result.cached_tokens = message.cached_tokens
+                if message.index % state.request.n == 0:  # once per prompt: its first choice
+                    result.cached_tokens += message.cached_tokens
                 remaining -= 1
         return result, ttft

@@ -64,7 +64,7 @@ class ActiveStream:
 
     async def events(self) -> AsyncIterator[str]:
         builder, state = self.builder, self.state
-        n = state.request.n
+        n = state.request.num_choices
         yield "".join(builder.stream_start(state))
         remaining = n
         while remaining:
@@ -74,7 +74,7 @@ class ActiveStream:
                 yield self._fail(error, 503)
                 return
             if isinstance(message, Tokens) and 0 <= message.index < n:
-                if self.ttft is None:
+                if self.ttft is None and message.token_ids:  # an echoed prompt is no token
                     self.ttft = time.monotonic() - self.started_at
                 state.completion_tokens += len(message.token_ids)
                 pieces = builder.stream_tokens(
@@ -90,7 +90,8 @@ class ActiveStream:
                 if error is not None:
                     yield self._fail(error, 500)
                     return
-                state.cached_tokens = message.cached_tokens
+                if message.index % state.request.n == 0:  # once per prompt: its first choice
+                    state.cached_tokens += message.cached_tokens
                 choice = ChoiceResult(
                     index=message.index,
                     finish_reason=message.finish_reason,

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -14,10 +13,8 @@ from gateway.body import read_json
 from gateway.errors import ErrorKind, GatewayError
 from gateway.handler import ProtocolHandler
 from gateway.messages import rejection_error
-from gateway.protocols.validate import get_str, json_type, require_object
+from gateway.protocols.validate import get_str, require_object, token_ids
 from gateway.workers import WorkerLost
-
-MAX_TOKEN_ID = 2**31 - 1
 
 
 async def count_tokens(handler: ProtocolHandler, request: Request) -> Response:
@@ -56,7 +53,7 @@ async def tokenize(handler: ProtocolHandler, request: Request) -> Response:
 async def detokenize(handler: ProtocolHandler, request: Request) -> Response:
     """POST /detokenize: {"tokens": [ids]} → {"prompt": text}."""
     body = require_object(await read_json(request, handler.config.max_body_bytes))
-    tokens = _token_ids(body.get("tokens"))
+    tokens = token_ids(body.get("tokens"), "tokens")
     model = handler.resolve_model(get_str(body, "model"))
     reply = await ask_worker(handler, model, Tokenize(_request_id(), {}, token_ids=tokens))
     return JSONResponse({"prompt": reply.text})
@@ -85,19 +82,6 @@ async def ask_worker(handler: ProtocolHandler, model: str, message: Tokenize) ->
                 raise GatewayError(ErrorKind.UNAVAILABLE, f"worker lost: {reply.reason}")
     finally:
         handler.hub.close(channel)
-
-
-def _token_ids(value: Any) -> list[int]:
-    if not isinstance(value, list) or not value:
-        raise GatewayError.invalid(
-            f"tokens must be a non-empty array of token ids, got {json_type(value)}", "tokens"
-        )
-    for i, token in enumerate(value):
-        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= MAX_TOKEN_ID:
-            raise GatewayError.invalid(
-                f"tokens[{i}] must be a token id (an integer >= 0)", "tokens"
-            )
-    return value
 
 
 def _request_id() -> str:

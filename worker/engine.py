@@ -16,7 +16,6 @@ import torch
 
 from worker.compiled_decode import CompiledDecode
 from worker.engine_options import EngineOptions
-from worker.errors import RequestError
 from worker.event_stream import put_tagged, raise_on_error, until_finished
 from worker.kv.factory import build_cache
 from worker.machine_choices import MachineChoices
@@ -139,21 +138,25 @@ class InferenceEngine:
         )
 
     def detokenize(self, token_ids: list[int]) -> str:
-        vocab = self.config.vocab_size
-        bad = next((t for t in token_ids if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise RequestError(
-                f"token id {bad} is outside the vocabulary (0..{vocab - 1})", "tokens"
-            )
+        self.requests.check_in_vocab(token_ids, "tokens", "tokens")
         return self.tokenizer.decode(token_ids, skip_special_tokens=False)
 
-    def submit_tokens(
-        self, prompt_ids: list[int], params: SamplingParams, sink: EventSink, request_id: str
-    ) -> None:
-        """Queue a request whose prompt is already tokenized."""
-        if not prompt_ids:
-            raise RequestError("prompt must not be empty", "prompt")
-        self.scheduler.add(self.requests.build(request_id, prompt_ids, params, sink))
+    def submit_prompts(
+        self,
+        prompts: list[str | list[int]],
+        params: SamplingParams,
+        sink: EventSink,
+        request_id: str,
+    ) -> list[list[int]]:
+        """Queue raw prompts (no chat template; text, or token ids used as they are) as one
+        request of n choices each, numbered prompt-major (prompt p's choice i is p * n + i).
+
+        Returns each prompt's token ids. Raises RequestError for bad input, with nothing
+        queued: every prompt is checked before any is.
+        """
+        prompt_ids = self.requests.raw_prompt_ids(prompts)
+        self.scheduler.add(self.requests.build_prompts(request_id, prompt_ids, params, sink))
+        return prompt_ids
 
     def abort(self, request_id: str) -> None:
         self.scheduler.abort(request_id)

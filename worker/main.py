@@ -10,27 +10,24 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 import zmq
 
 from common.curve import make_client
 from common.schemas import (
     Abort,
-    Accepted,
     GatewayBeat,
     Heartbeat,
+    Message,
     Register,
     Rejected,
     Submit,
     Tokenize,
-    Tokenized,
 )
 from common.wire import DEFAULT_MAX_FRAME_BYTES, MAX_FRAMES_PER_MESSAGE, DropCounter, encode
+from worker import wire_requests
 from worker.engine import InferenceEngine
-from worker.errors import RequestError
 from worker.health import HealthServer
-from worker.sampling_params import SamplingParams
 from worker.sequence import TokenEvent
 from worker.wire_events import to_wire
 
@@ -186,11 +183,14 @@ class WorkerServer:
             if isinstance(message, GatewayBeat):
                 self._gateway_beat(message)
             elif isinstance(message, Submit):
-                dealer.send(encode(self._submit(message)))
+                # Straight out, so the answer precedes the request's tokens (forwarded
+                # by this same thread later) and its echo does too.
+                for reply in self._submit(message):
+                    dealer.send(encode(reply))
             elif isinstance(message, Abort):
                 self.engine.abort(message.request_id)
             elif isinstance(message, Tokenize):
-                dealer.send(encode(self._tokenize(message)))
+                dealer.send(encode(wire_requests.tokenize(self.engine, message)))
             elif message is not None:
                 self.drops.counts["unexpected"] += 1
 
@@ -204,38 +204,10 @@ class WorkerServer:
         self._last_gateway_beat = time.monotonic()
         self.connected = True
 
-    def _submit(self, message: Submit) -> Accepted | Rejected:
-        """Queue the request; the answer goes out before any of its tokens can."""
-        request_id = message.request_id
+    def _submit(self, message: Submit) -> list[Message]:
         if self._draining.is_set():
-            return Rejected(request_id, "draining", "this worker is shutting down")
-        try:
-            params = SamplingParams.from_kwargs(**message.params)
-            prompt: Any = message.messages if message.messages is not None else message.prompt
-            chat = message.messages is not None
-            _, prompt_tokens = self.engine.submit(
-                prompt, params, self._push_event, request_id=request_id, chat=chat
-            )
-        except RequestError as exc:
-            return Rejected(request_id, exc.code, str(exc), exc.param)
-        except (TypeError, ValueError) as exc:
-            return Rejected(request_id, "invalid_request", str(exc))
-        return Accepted(request_id, prompt_tokens)
-
-    def _tokenize(self, message: Tokenize) -> Tokenized | Rejected:
-        try:
-            if message.token_ids is not None:
-                text = self.engine.detokenize(message.token_ids)
-                return Tokenized(message.request_id, message.token_ids, text)
-            params = SamplingParams.from_kwargs(**message.params)
-            chat = message.messages is not None
-            prompt: Any = message.messages if chat else message.prompt
-            ids = self.engine.tokenize(prompt, params, chat=chat)
-        except RequestError as exc:
-            return Rejected(message.request_id, exc.code, str(exc), exc.param)
-        except (TypeError, ValueError) as exc:
-            return Rejected(message.request_id, "invalid_request", str(exc))
-        return Tokenized(message.request_id, ids, max_context=self.engine.max_model_len)
+            return [Rejected(message.request_id, "draining", "this worker is shutting down")]
+        return wire_requests.submit(self.engine, message, self._push_event)
 
     def _register(self) -> Register:
         stats = self.engine.get_stats()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,14 +147,40 @@ class RequestFactory:
             "prompt",
         )
 
-    def check_length(self, num_prompt_tokens: int, params: SamplingParams) -> int:
+    def raw_prompt_ids(self, prompts: SequenceABC[str | SequenceABC[int]]) -> list[list[int]]:
+        """Token ids of raw prompts (no chat template): text is tokenized, token ids are
+        checked against the vocabulary and used as they are."""
+        if not prompts:
+            raise RequestError("prompt must not be empty", "prompt")
+        ids: list[list[int]] = []
+        for p, prompt in enumerate(prompts):
+            if isinstance(prompt, str):
+                ids.append(self.prompt_token_ids(prompt, chat=False))
+                continue
+            if not prompt:
+                raise RequestError(f"prompt[{p}] must not be empty", "prompt")
+            self.check_in_vocab(prompt, f"prompt[{p}]", "prompt")
+            ids.append(list(prompt))
+        return ids
+
+    def check_in_vocab(self, token_ids: Iterable[int], where: str, param: str) -> None:
+        """RequestError unless every id is a row of the model's embedding."""
+        vocab = self.grammars.vocab_size
+        bad = next((t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab), None)
+        if bad is not None:
+            message = f"{where}: token id {bad} is outside the vocabulary (0..{vocab - 1})"
+            raise RequestError(message, param)
+
+    def check_length(
+        self, num_prompt_tokens: int, params: SamplingParams, prompt_param: str = "messages"
+    ) -> int:
         """The most tokens prompt + output may reach; ContextLengthExceeded if it cannot fit."""
         limit = self.max_model_len
         if num_prompt_tokens >= limit:
             raise ContextLengthExceeded(
                 f"prompt is too long: {num_prompt_tokens} tokens > {limit - 1} maximum "
                 f"(the context holds {limit}, including at least one new token)",
-                "messages",
+                prompt_param,
             )
         if params.max_tokens is None:
             return limit
@@ -172,15 +198,14 @@ class RequestFactory:
         prompt_ids: list[int],
         params: SamplingParams,
         sink: EventSink,
+        first_index: int = 0,
+        prompt_param: str = "messages",
     ) -> list[Sequence]:
-        max_total = self.check_length(len(prompt_ids), params)
-        vocab = self.grammars.vocab_size
-        outside = [token for token, _ in params.logit_bias if token >= vocab]
-        if outside:
-            message = (
-                f"logit_bias: token id {outside[0]} is outside the vocabulary (0..{vocab - 1})"
-            )
-            raise RequestError(message, "logit_bias")
+        """The n choices of one prompt, numbered from `first_index`."""
+        max_total = self.check_length(len(prompt_ids), params, prompt_param)
+        self.check_in_vocab((token for token, _ in params.logit_bias), "logit_bias", "logit_bias")
+        # A stop id past the vocabulary would index past the logits (the min_tokens ban).
+        self.check_in_vocab(params.stop_token_ids, "stop_token_ids", "stop_token_ids")
         # One matcher per choice; the grammar is compiled once (and cached across requests).
         matchers = [self.grammars.matcher(params) for _ in range(params.n)]
         with self._lock:
@@ -189,11 +214,12 @@ class RequestFactory:
             Sequence(
                 seq_id=seq_id,
                 request_id=request_id,
-                index=index,
+                index=first_index + index,
                 token_ids=list(prompt_ids),
                 num_prompt_tokens=len(prompt_ids),
                 params=params,
                 sink=sink,
+                # Seeded by the index within its prompt: a prompt samples alike in any batch.
                 generator=_generator(params, index),
                 detokenizer=self.tokenizer.detokenizer(prompt_ids, params.skip_special_tokens),
                 stop_matcher=StopStringMatcher(params.stop),
@@ -202,6 +228,20 @@ class RequestFactory:
                 tool_parser=ToolCallParser() if params.calls_tools else None,
             )
             for index, seq_id in enumerate(seq_ids)
+        ]
+
+    def build_prompts(
+        self,
+        request_id: str,
+        prompt_ids: list[list[int]],
+        params: SamplingParams,
+        sink: EventSink,
+    ) -> list[Sequence]:
+        """The choices of raw prompts, prompt-major: prompt p's choice i has index p * n + i."""
+        return [
+            seq
+            for p, ids in enumerate(prompt_ids)
+            for seq in self.build(request_id, ids, params, sink, p * params.n, "prompt")
         ]
 
 

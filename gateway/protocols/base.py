@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.schemas import Submit
 from gateway.errors import GatewayError
 
 # Finish reasons as workers report them.
@@ -17,10 +18,12 @@ FINISH_TOOL_CALLS = "tool_calls"
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """What a client asked for, in no protocol's shape.
+    """What a client asked for, in no protocol's shape: a chat, or raw prompts.
 
     `params` are the worker's sampling keywords (SamplingParams names: temperature, top_k,
     top_p, max_tokens, stop, n, seed, …); the gateway forwards them in `Submit.params`.
+    With `prompts` (the Completions API) `messages` is empty and each prompt is its own
+    generation of n choices, numbered prompt-major: prompt p's choice i is p * n + i.
     """
 
     model: str | None
@@ -29,10 +32,30 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False  # OpenAI stream_options.include_usage
     metadata: dict[str, Any] = field(default_factory=dict)
+    prompts: list[str | list[int]] | None = None  # raw text or token ids, no chat template
+    echo: bool = False  # each choice's text starts with its prompt's text
 
     @property
     def n(self) -> int:
         return int(self.params.get("n", 1))
+
+    @property
+    def num_choices(self) -> int:
+        return self.n * (len(self.prompts) if self.prompts is not None else 1)
+
+    def submit(self, request_id: str) -> Submit:
+        """The wire message that asks a worker for this request."""
+        if self.prompts is not None:
+            return Submit(request_id, self.params, prompts=self.prompts, echo=self.echo)
+        return Submit(request_id, self.params, messages=self.messages)
+
+    @property
+    def routing_text(self) -> str:
+        """The prompt as the cache-aware router sees it; token ids as text keep the property
+        it needs (prompts with the same leading tokens share leading characters)."""
+        if self.prompts is None:
+            return "\n".join(m["content"] for m in self.messages)
+        return "\n".join(p if isinstance(p, str) else " ".join(map(str, p)) for p in self.prompts)
 
 
 @dataclass(frozen=True)

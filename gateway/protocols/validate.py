@@ -18,6 +18,7 @@ _JSON_TYPES: tuple[tuple[type, str], ...] = (
     (dict, "object"),
 )
 _SHOW_LIMIT = 40
+MAX_TOKEN_ID = 2**31 - 1  # the vocabulary is the worker's to check; this bounds the type
 
 
 def json_type(value: Any) -> str:
@@ -144,6 +145,23 @@ def string_list(value: Any, param: str, *, max_items: int | None = None) -> list
         if not isinstance(item, str) or not item:
             raise GatewayError.invalid(f"{param}[{i}] must be a non-empty string", param)
     return list(value)
+
+
+def token_ids(value: Any, param: str, where: str | None = None) -> list[int]:
+    """A non-empty JSON array of token ids (integers in [0, 2**31 - 1]); `where` names it in
+    messages when it sits inside `param` (`prompt[2]`)."""
+    where = where or param
+    if not isinstance(value, list):
+        raise GatewayError.invalid(
+            f"{where} must be an array of token ids, got {json_type(value)}", param
+        )
+    if not value:
+        raise GatewayError.invalid(f"{where} must not be empty", param)
+    for i, token in enumerate(value):
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= MAX_TOKEN_ID:
+            message = f"{where}[{i}] must be a token id (an integer >= 0), got {show(token)}"
+            raise GatewayError.invalid(message, param)
+    return value
 
 
 def text_content(content: Any, where: str, param: str) -> str:

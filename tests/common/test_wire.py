@@ -39,6 +39,7 @@ EXAMPLES = [
         "req-1", {"temperature": 0.0, "stop": ["x"]}, messages=[{"role": "user", "content": "Hi"}]
     ),
     Submit("req-2", {}, prompt="raw text"),
+    Submit("req-3", {"n": 2}, prompts=["raw text", [1, 2, 3]], echo=True),
     Abort("req-1"),
     Tokenize("tok-1", {"tools": [{"name": "f"}]}, messages=[{"role": "user", "content": "hi"}]),
     Tokenize("tok-2", {}, token_ids=[1, 2, 3]),
@@ -91,6 +92,30 @@ def frame(body) -> bytes:
             "malformed",
         ),
         (frame({1: "x"}), "malformed"),  # non-string map keys
+        (
+            frame(
+                {
+                    "t": "submit",
+                    "v": PROTOCOL_VERSION,
+                    "request_id": "r",
+                    "params": {},
+                    "prompts": [[1, "two"]],
+                }
+            ),
+            "malformed",
+        ),  # a token-id prompt holding a string
+        (
+            frame(
+                {
+                    "t": "submit",
+                    "v": PROTOCOL_VERSION,
+                    "request_id": "r",
+                    "params": {},
+                    "prompts": "one prompt",
+                }
+            ),
+            "malformed",
+        ),  # prompts is always a list
     ],
 )
 def test_bad_frames_are_wire_errors(raw: bytes, reason: str):

@@ -89,47 +89,40 @@ def test_minimal_request_gets_explicit_defaults():
     assert parse() == ChatRequest(model=None, messages=HELLO, params=DEFAULT_PARAMS)
 
 
+# The sampling parameters both OpenAI routes take, and the worker keywords they become.
+SHARED_FIELDS: dict[str, Any] = {
+    "temperature": 0.5,
+    "top_p": 0.9,
+    "top_k": 40,
+    "min_p": 0.05,
+    "stop": ["\n\n", "END"],
+    "n": 3,
+    "seed": 1234,
+    "presence_penalty": 0.5,
+    "frequency_penalty": -0.5,
+    "repetition_penalty": 1.1,
+    "ignore_eos": True,
+    "min_tokens": 8,
+    "stop_token_ids": [2, 7],
+    "logit_bias": {"50": -100},
+}
+SHARED_PARAMS = {**SHARED_FIELDS, "logit_bias": [[50, -100.0]]}
+
+
 def test_every_parameter_lands_on_its_sampling_keyword():
     request = parse(
+        **SHARED_FIELDS,
         model="smol",
         max_tokens=64,
-        temperature=0.5,
-        top_p=0.9,
-        top_k=40,
-        min_p=0.05,
-        stop=["\n\n", "END"],
-        n=3,
-        seed=1234,
-        presence_penalty=0.5,
-        frequency_penalty=-0.5,
-        repetition_penalty=1.1,
         logprobs=True,
         top_logprobs=5,
         stream=True,
         stream_options={"include_usage": True},
-        ignore_eos=True,
-        min_tokens=8,
     )
     assert request == ChatRequest(
         model="smol",
         messages=HELLO,
-        params={
-            "temperature": 0.5,
-            "top_p": 0.9,
-            "top_k": 40,
-            "n": 3,
-            "max_tokens": 64,
-            "min_tokens": 8,
-            "min_p": 0.05,
-            "presence_penalty": 0.5,
-            "frequency_penalty": -0.5,
-            "repetition_penalty": 1.1,
-            "seed": 1234,
-            "stop": ["\n\n", "END"],
-            "ignore_eos": True,
-            "logprobs": True,
-            "top_logprobs": 5,
-        },
+        params={**SHARED_PARAMS, "max_tokens": 64, "logprobs": True, "top_logprobs": 5},
         stream=True,
         include_usage=True,
     )
