@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint format bench bench-engine bench-grammar serve clean
+.PHONY: install test test-fast lint format bench bench-engine bench-grammar serve browser clean
 
 install: $(STAMP)
 
@@ -47,6 +47,17 @@ bench-engine: install
 # What structured output costs: W1 at 32 streams, JSON schema vs free, and compile times.
 bench-grammar: install
 	$(BIN)/python -m bench.grammar_bench --out docs/bench/grammar.json
+
+# Headless Chromium and its driver for the web console's browser tests: Debian's packages,
+# installed when missing (as root, else through sudo); nothing downloads a browser build.
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+browser:
+	@if ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1; then \
+		echo "installing chromium and chromium-driver (apt)"; \
+		$(SUDO) apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			chromium chromium-driver fonts-dejavu-core >/dev/null; \
+	fi
 
 serve: install
 	$(BIN)/astrai serve

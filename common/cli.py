@@ -44,6 +44,11 @@ def _gateway_args(parser: argparse.ArgumentParser) -> None:
         help="let browser pages from ORIGIN (e.g. http://localhost:3000, or *) call the API; "
         "repeatable; CORS is off without it",
     )
+    parser.add_argument(
+        "--no-console",
+        action="store_true",
+        help="do not serve the web console at / (then / is a 404 like any unknown route)",
+    )
 
 
 def _engine_args(parser: argparse.ArgumentParser) -> None:
@@ -135,6 +140,7 @@ def gateway_config(args: argparse.Namespace) -> GatewayConfig:
         curve_secret_key=args.curve_secret_key,
         curve_authorized_keys=args.curve_authorized_keys,
         cors_origins=tuple(args.cors_origin),
+        console=not args.no_console,
     )
 
 

@@ -108,6 +108,8 @@ def _gateway_argv(args: argparse.Namespace, worker_bind: str) -> list[str]:
             argv += [flag, value]
     for origin in args.cors_origin:
         argv += ["--cors-origin", origin]
+    if args.no_console:
+        argv.append("--no-console")
     return argv
 
 

@@ -17,6 +17,7 @@ from starlette.routing import Route
 from gateway.admission import AdmissionControl
 from gateway.auth import check_api_key
 from gateway.config import GatewayConfig
+from gateway.console import console_routes
 from gateway.errors import ErrorKind, GatewayError
 from gateway.handler import ProtocolHandler
 from gateway.protocols.anthropic import AnthropicResponseBuilder
@@ -169,6 +170,8 @@ class Gateway:
             Route("/stats", self.stats, methods=["GET"]),
             Route("/metrics", self.prometheus, methods=["GET"]),
         ]
+        if self.config.console:
+            routes += console_routes()
         return Starlette(
             routes=routes,
             lifespan=lifespan,

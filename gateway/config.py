@@ -26,6 +26,7 @@ class GatewayConfig:
     curve_secret_key: str | None = None  # the gateway's .key_secret: encrypt worker links
     curve_authorized_keys: str | None = None  # folder of worker .key files allowed in
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API; "*": any
+    console: bool = True  # the web console at GET / (playground and live dashboard)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

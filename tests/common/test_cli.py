@@ -34,3 +34,10 @@ def test_serve_passes_gateway_options_to_its_gateway():
     assert config.cors_origins == ("https://app.example", "http://localhost:5173")
     assert (config.api_key, config.max_in_flight) == ("k", 8)
     assert config.worker_bind == "tcp://127.0.0.1:5999"
+
+
+def test_no_console_reaches_the_gateway_of_serve():
+    assert gateway_config(build_parser().parse_args(["gateway"])).console is True
+    serve = build_parser().parse_args(["serve", "--no-console"])
+    argv = _gateway_argv(serve, "tcp://127.0.0.1:5999")
+    assert gateway_config(build_parser().parse_args(argv)).console is False
