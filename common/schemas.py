@@ -104,8 +104,9 @@ class Finished(Message):
 
 @dataclass(frozen=True)
 class Submit(Message):
-    """Generate for chat `messages` (or a raw `prompt`, or raw `prompts`) with sampling
-    `params`."""
+    """Generate for chat `messages` (or a raw `prompt`, or raw `prompts`) with `params`:
+    `SamplingParams.to_wire()` (common/sampling_params.py), checked by the gateway and read
+    back with `SamplingParams.from_wire`, which checks it by the same rules."""
 
     tag: ClassVar[str] = "submit"
     request_id: str

@@ -13,14 +13,16 @@ from gateway.body import read_json
 from gateway.errors import ErrorKind, GatewayError
 from gateway.handler import ProtocolHandler
 from gateway.messages import rejection_error
-from gateway.protocols.validate import get_str, require_object, token_ids
+from gateway.protocols.tokenize_body import DetokenizeBody, TokenizeBody
 from gateway.workers import WorkerLost
 
 
 async def count_tokens(handler: ProtocolHandler, request: Request) -> Response:
     """POST /v1/messages/count_tokens: {"input_tokens": n} for a Messages request body."""
-    body = require_object(await read_json(request, handler.config.max_body_bytes))
-    chat = handler.builder.parse({"max_tokens": 1, **body})  # count_tokens has no max_tokens
+    body = await read_json(request, handler.config.max_body_bytes)
+    if isinstance(body, dict):  # count_tokens takes no max_tokens; the model needs one
+        body = {"max_tokens": 1, **body}
+    chat = handler.builder.parse(body)
     model = handler.resolve_model(chat.model)
     message = Tokenize(_request_id(), chat.params, messages=chat.messages)
     reply = await ask_worker(handler, model, message)
@@ -30,19 +32,15 @@ async def count_tokens(handler: ProtocolHandler, request: Request) -> Response:
 async def tokenize(handler: ProtocolHandler, request: Request) -> Response:
     """POST /tokenize: {"prompt": str} or a chat body with "messages" (and tools) →
     {"count", "max_model_len", "tokens"}."""
-    body = require_object(await read_json(request, handler.config.max_body_bytes))
-    if "messages" in body:
+    body = await read_json(request, handler.config.max_body_bytes)
+    if isinstance(body, dict) and "messages" in body:
         chat = handler.builder.parse(body)
         model = handler.resolve_model(chat.model)
         message = Tokenize(_request_id(), chat.params, messages=chat.messages)
     else:
-        prompt = get_str(body, "prompt")
-        if not prompt:
-            raise GatewayError.invalid(
-                "prompt (a non-empty string) or messages is required", "prompt"
-            )
-        model = handler.resolve_model(get_str(body, "model"))
-        message = Tokenize(_request_id(), {}, prompt=prompt)
+        raw = TokenizeBody.parse(body)
+        model = handler.resolve_model(raw.model)
+        message = Tokenize(_request_id(), {}, prompt=raw.prompt)
     reply = await ask_worker(handler, model, message)
     tokens = reply.token_ids
     return JSONResponse(
@@ -52,10 +50,10 @@ async def tokenize(handler: ProtocolHandler, request: Request) -> Response:
 
 async def detokenize(handler: ProtocolHandler, request: Request) -> Response:
     """POST /detokenize: {"tokens": [ids]} → {"prompt": text}."""
-    body = require_object(await read_json(request, handler.config.max_body_bytes))
-    tokens = token_ids(body.get("tokens"), "tokens")
-    model = handler.resolve_model(get_str(body, "model"))
-    reply = await ask_worker(handler, model, Tokenize(_request_id(), {}, token_ids=tokens))
+    body = DetokenizeBody.parse(await read_json(request, handler.config.max_body_bytes))
+    model = handler.resolve_model(body.model)
+    message = Tokenize(_request_id(), {}, token_ids=body.tokens)
+    reply = await ask_worker(handler, model, message)
     return JSONResponse({"prompt": reply.text})
 
 
@@ -79,7 +77,7 @@ async def ask_worker(handler: ProtocolHandler, model: str, message: Tokenize) ->
             if isinstance(reply, Rejected):
                 raise rejection_error(reply)
             if isinstance(reply, WorkerLost):
-                raise GatewayError(ErrorKind.UNAVAILABLE, f"worker lost: {reply.reason}")
+                raise GatewayError(ErrorKind.UNAVAILABLE, reply.detail)
     finally:
         handler.hub.close(channel)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from common.sampling_params import SamplingParams
 from worker.compiled_decode import CompiledDecode
 from worker.engine_options import EngineOptions
 from worker.event_stream import put_tagged, raise_on_error, until_finished
@@ -23,7 +24,6 @@ from worker.model.loader import load_config, load_model, resolve_model_dir
 from worker.postprocess import OutputProcessor
 from worker.request import GenerationRequest, Prompt, RequestFactory
 from worker.runner import ModelRunner
-from worker.sampling_params import SamplingParams
 from worker.scheduler import InferenceScheduler, SchedulerConfig
 from worker.sequence import EventSink, TokenEvent
 from worker.tokenizer import Tokenizer

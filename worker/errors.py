@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
+from common.errors import RequestError
 
-class RequestError(ValueError):
-    """Bad input for one request; the engine is untouched and goes on serving others."""
-
-    code = "invalid_request"
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
+__all__ = ["ContextLengthExceeded", "RequestError"]
 
 
 class ContextLengthExceeded(RequestError):

@@ -19,10 +19,10 @@ import llguidance.torch
 import numpy as np
 import torch
 
+from common.sampling_params import SamplingParams
 from common.structured_output import StructuredOutputError, grammar_text
 from common.tool_calls import tool_call_grammar
 from worker.errors import RequestError
-from worker.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from worker.sequence import Sequence as Sequence_

@@ -12,12 +12,13 @@ from typing import Any
 
 import torch
 
+from common.chat import normalize_messages
+from common.sampling_params import SamplingParams
 from worker.errors import ContextLengthExceeded, RequestError
 from worker.grammar import GrammarCompiler
-from worker.sampling_params import SamplingParams
 from worker.sequence import EventSink, Sequence
 from worker.stop import StopStringMatcher
-from worker.tokenizer import CHAT_ROLES, Tokenizer
+from worker.tokenizer import Tokenizer
 from worker.tool_parser import ToolCallParser
 
 Message = Mapping[str, Any]
@@ -26,10 +27,11 @@ Prompt = str | SequenceABC[Message]
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """The AstrAI GenerationRequest: chat messages plus sampling settings."""
+    """The AstrAI GenerationRequest: chat messages plus sampling settings (the same
+    defaults as SamplingParams: top_k off)."""
 
     messages: list[dict[str, Any]]
-    top_k: int = 50
+    top_k: int = 0
     top_p: float = 1.0
     temperature: float = 1.0
     max_tokens: int | None = None
@@ -44,68 +46,6 @@ class GenerationRequest:
             "max_tokens": self.max_tokens,
             **self.sampling,
         }
-
-
-def message_text(content: Any, where: str) -> str:
-    """A message's content: a string, or a list of text parts joined together."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for i, part in enumerate(content):
-            if not isinstance(part, Mapping) or part.get("type") != "text":
-                raise RequestError(
-                    f"{where}.content[{i}] must be a text part, got {part!r}", "messages"
-                )
-            if not isinstance(part.get("text"), str):
-                raise RequestError(f"{where}.content[{i}].text must be a string", "messages")
-            texts.append(part["text"])
-        return "".join(texts)
-    raise RequestError(
-        f"{where}.content must be a string or a list of text parts, got {content!r}", "messages"
-    )
-
-
-def normalize_messages(messages: SequenceABC[Message]) -> list[dict[str, Any]]:
-    """role/content messages; an assistant's may carry `tool_calls` (then its content may be
-    null) and a tool's its `tool_call_id`."""
-    if not messages:
-        raise RequestError("messages must not be empty", "messages")
-    normalized = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, Mapping):
-            raise RequestError(f"messages[{i}] must be an object with role and content", "messages")
-        role = message.get("role")
-        if role not in CHAT_ROLES:
-            raise RequestError(
-                f"messages[{i}].role must be one of {CHAT_ROLES}, got {role!r}", "messages"
-            )
-        calls = message.get("tool_calls") if role == "assistant" else None
-        content = message.get("content")
-        entry: dict[str, Any] = {
-            "role": role,
-            "content": "" if content is None and calls else message_text(content, f"messages[{i}]"),
-        }
-        if calls:
-            entry["tool_calls"] = _tool_calls(calls, f"messages[{i}]")
-        if role == "tool" and isinstance(message.get("tool_call_id"), str):
-            entry["tool_call_id"] = message["tool_call_id"]
-        normalized.append(entry)
-    return normalized
-
-
-def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
-    if not isinstance(calls, SequenceABC) or isinstance(calls, str):
-        raise RequestError(f"{where}.tool_calls must be a list", "messages")
-    out = []
-    for k, call in enumerate(calls):
-        if not isinstance(call, Mapping) or not isinstance(call.get("name"), str):
-            raise RequestError(f"{where}.tool_calls[{k}] needs a name", "messages")
-        arguments = call.get("arguments")
-        if not isinstance(arguments, (str, Mapping)):
-            raise RequestError(f"{where}.tool_calls[{k}].arguments must be JSON", "messages")
-        out.append({"id": str(call.get("id") or ""), "name": call["name"], "arguments": arguments})
-    return out
 
 
 class RequestFactory:
@@ -137,6 +77,11 @@ class RequestFactory:
         if isinstance(prompt, str):
             if not prompt:
                 raise RequestError("prompt must not be empty", "prompt")
+            try:  # a lone surrogate ("\ud800") cannot be encoded, so cannot be tokenized
+                prompt.encode("utf-8")
+            except UnicodeEncodeError:
+                message = "prompt must be valid Unicode text: it holds a lone surrogate"
+                raise RequestError(message, "prompt") from None
             if chat and self.tokenizer.has_chat_template:
                 return self.tokenizer.encode_chat([{"role": "user", "content": prompt}], tools)
             return self.tokenizer.encode(prompt)

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from common.sampling_params import SamplingParams
 from worker.penalties import PenaltyRows, apply_penalties
-from worker.sampling_params import SamplingParams
 from worker.sampling_rows import TOP_P_CANDIDATES, RowInput, SamplingRow, SamplingRows
 
 __all__ = [

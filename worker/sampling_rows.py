@@ -9,8 +9,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from common.sampling_params import SamplingParams
 from worker.penalties import PenaltyRows
-from worker.sampling_params import SamplingParams
 
 # Top-p looks for its cut-off among this many best tokens first and sorts a whole row only when
 # that row's nucleus is wider; the cut-off is the same either way (see TopPStrategy).

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from worker.sampling_params import SamplingParams
+from common.sampling_params import SamplingParams
 from worker.stop import StopStringMatcher
 from worker.tokenizer import IncrementalDetokenizer
 from worker.tool_parser import ToolCallDelta, ToolCallParser

@@ -13,7 +13,6 @@ REPLACEMENT_CHAR = "\ufffd"
 # Prompt tokens kept as context when detokenizing the first generated tokens, so that a
 # tokenizer that drops a leading space on a lone token still decodes it right.
 DETOKENIZE_CONTEXT = 5
-CHAT_ROLES = ("system", "user", "assistant", "tool")
 
 
 class Tokenizer:

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from gateway.errors import GatewayError, anthropic_error
+from gateway.protocols.anthropic_body import MessagesBody
 from gateway.protocols.base import (
     FINISH_LENGTH,
     FINISH_STOP,
@@ -19,19 +20,9 @@ from gateway.protocols.base import (
     ToolCallPart,
     sse_event,
 )
+from gateway.protocols.bodies import checked_params
 from gateway.protocols.structured import anthropic_output_format
 from gateway.protocols.tools import anthropic_messages, anthropic_tools
-from gateway.protocols.validate import (
-    get_bool,
-    get_int,
-    get_number,
-    get_object,
-    require_object,
-    required_int,
-    required_str,
-    string_list,
-    text_content,
-)
 
 
 class AnthropicResponseBuilder(ResponseBuilder):
@@ -41,41 +32,30 @@ class AnthropicResponseBuilder(ResponseBuilder):
     id_prefix = "msg_"
 
     def parse(self, body: Any) -> ChatRequest:
-        body = require_object(body)
-        model = required_str(body, "model")
-        max_tokens = required_int(body, "max_tokens", low=1)
-        messages = anthropic_messages(body.get("messages"))
-        system = body.get("system")
-        if system is not None:
-            content = text_content(system, "system", "system")
-            messages.insert(0, {"role": "system", "content": content})
-        temperature = get_number(body, "temperature", low=0, high=1)
-        top_p = get_number(body, "top_p", low=0, high=1, low_open=True)
-        top_k = get_int(body, "top_k", low=0)
-        params: dict[str, Any] = {
-            "temperature": 1.0 if temperature is None else temperature,
-            "top_p": 1.0 if top_p is None else top_p,
-            "top_k": 0 if top_k is None else top_k,
-            "n": 1,  # the Messages API has no n
-            "max_tokens": max_tokens,
+        request = MessagesBody.parse(body)
+        messages = anthropic_messages(request.messages)
+        if request.system is not None:
+            messages.insert(0, {"role": "system", "content": request.system})
+        params: dict[str, Any] = {"max_tokens": request.max_tokens}  # the API has no n
+        optional = {
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "top_k": request.top_k,
+            "stop": request.stop_sequences,
+            "structured_output": anthropic_output_format(request.output_config),
         }
-        stop_sequences = body.get("stop_sequences")
-        if stop_sequences is not None:
-            params["stop"] = string_list(stop_sequences, "stop_sequences")
-        params.update(anthropic_tools(body))
+        params.update((key, value) for key, value in optional.items() if value is not None)
+        params.update(anthropic_tools(request))
         last = messages[-1]
         if last["role"] == "assistant" and last["content"] and not last.get("tool_calls"):
             # A final assistant turn is a prefill the answer continues, as Anthropic does.
             params["continue_final_message"] = True
-        structured = anthropic_output_format(body.get("output_config"))
-        if structured is not None:
-            params["structured_output"] = structured
         return ChatRequest(
-            model=model,
+            model=request.model,
             messages=messages,
-            params=params,
-            stream=bool(get_bool(body, "stream")),
-            metadata=get_object(body, "metadata") or {},
+            params=checked_params(params),
+            stream=bool(request.stream),
+            metadata=request.metadata or {},
         )
 
     def format_response(self, result: ChatResult) -> dict[str, Any]:

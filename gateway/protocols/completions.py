@@ -13,26 +13,11 @@ from gateway.protocols.base import (
     TokenLogprob,
     ToolCallPart,
 )
-from gateway.protocols.openai_common import (
-    OpenAIStreamBuilder,
-    check_min_tokens,
-    finish_reason,
-    include_usage,
-    sampling_params,
-    usage_body,
-)
-from gateway.protocols.validate import (
-    get_bool,
-    get_int,
-    get_str,
-    json_type,
-    missing,
-    require_object,
-    token_ids,
-)
+from gateway.protocols.bodies import checked_params
+from gateway.protocols.completions_body import CompletionsBody
+from gateway.protocols.openai_common import OpenAIStreamBuilder, finish_reason, usage_body
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this API (the chat API has none)
-MAX_LOGPROBS = 5  # OpenAI's limit for the integer `logprobs`
 MAX_CHOICES = 1024  # prompts × n in one request
 
 
@@ -45,37 +30,30 @@ class CompletionsResponseBuilder(OpenAIStreamBuilder):
     chunk_object = "text_completion"
 
     def parse(self, body: Any) -> ChatRequest:
-        body = require_object(body)
-        if body.get("suffix") is not None:  # OpenAI's insert mode: refused, never ignored
-            raise GatewayError.invalid("suffix is not supported", "suffix")
-        prompts = _prompts(body.get("prompt"))
-        stream = bool(get_bool(body, "stream"))
-        params = sampling_params(body)
-        max_tokens = get_int(body, "max_tokens", low=1)
-        params["max_tokens"] = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-        logprobs = get_int(body, "logprobs", low=0, high=MAX_LOGPROBS)
-        echo = bool(get_bool(body, "echo"))
-        if logprobs is not None:
-            if echo:  # the prompt's own logprobs: the worker computes logits of new tokens only
+        completion = CompletionsBody.parse(body)
+        params = completion.sampling()
+        params["max_tokens"] = completion.max_tokens or DEFAULT_MAX_TOKENS
+        if completion.logprobs is not None:
+            if completion.echo:  # the prompt's own logprobs: the worker computes new ones only
                 message = "echo with logprobs is not supported (it needs the prompt's logprobs)"
                 raise GatewayError.invalid(message, "echo")
-            params.update(logprobs=True, top_logprobs=logprobs)
-        best_of = get_int(body, "best_of", low=1)
+            params.update(logprobs=True, top_logprobs=completion.logprobs)
+        best_of = completion.best_of
         if best_of is not None and best_of != params["n"]:
             message = f"best_of must equal n ({params['n']}) if given, got {best_of}"
             raise GatewayError.invalid(message, "best_of")
-        check_min_tokens(params)
+        prompts = completion.prompt
         if len(prompts) * params["n"] > MAX_CHOICES:
             message = f"prompts × n may be at most {MAX_CHOICES}, got {len(prompts) * params['n']}"
             raise GatewayError.invalid(message, "prompt")
         return ChatRequest(
-            model=get_str(body, "model"),
+            model=completion.model,
             messages=[],
-            params=params,
-            stream=stream,
-            include_usage=include_usage(body, stream),
+            params=checked_params(params),
+            stream=bool(completion.stream),
+            include_usage=completion.include_usage,
             prompts=prompts,
-            echo=echo,
+            echo=bool(completion.echo),
         )
 
     def format_response(self, result: ChatResult) -> dict[str, Any]:
@@ -114,35 +92,6 @@ class CompletionsResponseBuilder(OpenAIStreamBuilder):
 
     def stream_choice_end(self, state: StreamState, choice: ChoiceResult) -> list[str]:
         return [self.chunk(state, [_choice(choice.index, "", None, finish_reason(choice))])]
-
-
-def _prompts(value: Any) -> list[str | list[int]]:
-    """`prompt`: a string, an array of strings, an array of token ids, or an array of arrays
-    of token ids; each string or id array is one prompt."""
-    if value is None:
-        raise missing("prompt")
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list):
-        expected = "a string, an array of strings or an array of token ids"
-        raise GatewayError.invalid(f"prompt must be {expected}, got {json_type(value)}", "prompt")
-    if not value:
-        raise GatewayError.invalid("prompt must not be empty", "prompt")
-    if not any(isinstance(item, (str, list)) for item in value):
-        return [token_ids(value, "prompt")]  # one prompt as token ids
-    prompts: list[str | list[int]] = []
-    for i, item in enumerate(value):
-        if isinstance(item, list):
-            prompts.append(token_ids(item, "prompt", f"prompt[{i}]"))
-        elif not isinstance(item, str):
-            expected = "a string or an array of token ids"
-            message = f"prompt[{i}] must be {expected}, got {json_type(item)}"
-            raise GatewayError.invalid(message, "prompt")
-        elif not item:
-            raise GatewayError.invalid(f"prompt[{i}] must not be empty", "prompt")
-        else:
-            prompts.append(item)
-    return prompts
 
 
 def _logprobs(entries: list[TokenLogprob], text_offset: int = 0) -> dict[str, Any] | None:

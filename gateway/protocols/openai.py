@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.errors import GatewayError
 from gateway.protocols.base import (
     ChatRequest,
     ChatResult,
@@ -13,19 +12,11 @@ from gateway.protocols.base import (
     TokenLogprob,
     ToolCallPart,
 )
-from gateway.protocols.openai_common import (
-    OpenAIStreamBuilder,
-    check_min_tokens,
-    finish_reason,
-    include_usage,
-    sampling_params,
-    usage_body,
-)
+from gateway.protocols.bodies import checked_params
+from gateway.protocols.chat_body import ChatBody
+from gateway.protocols.openai_common import OpenAIStreamBuilder, finish_reason, usage_body
 from gateway.protocols.structured import openai_response_format
 from gateway.protocols.tools import openai_messages, openai_tools
-from gateway.protocols.validate import get_bool, get_int, get_str, require_object
-
-MAX_TOP_LOGPROBS = 20
 
 
 class OpenAIResponseBuilder(OpenAIStreamBuilder):
@@ -36,14 +27,13 @@ class OpenAIResponseBuilder(OpenAIStreamBuilder):
     chunk_object = "chat.completion.chunk"
 
     def parse(self, body: Any) -> ChatRequest:
-        body = require_object(body)
-        stream = bool(get_bool(body, "stream"))
+        chat = ChatBody.parse(body)
         return ChatRequest(
-            model=get_str(body, "model"),
-            messages=openai_messages(body.get("messages")),
-            params=_params(body),
-            stream=stream,
-            include_usage=include_usage(body, stream),
+            model=chat.model,
+            messages=openai_messages(chat.messages),
+            params=checked_params(_params(chat)),
+            stream=bool(chat.stream),
+            include_usage=chat.include_usage,
         )
 
     def format_response(self, result: ChatResult) -> dict[str, Any]:
@@ -98,23 +88,19 @@ class OpenAIResponseBuilder(OpenAIStreamBuilder):
         return [self.chunk(state, [_delta(choice.index, {}, None, finish_reason(choice))])]
 
 
-def _params(body: dict[str, Any]) -> dict[str, Any]:
+def _params(body: ChatBody) -> dict[str, Any]:
     """The worker's sampling keywords: the shared ones, then the chat route's own."""
-    params = sampling_params(body)
+    params = body.sampling()
     # max_completion_tokens replaced max_tokens; both are checked, the newer one wins.
-    legacy_max_tokens = get_int(body, "max_tokens", low=1)
-    max_tokens = get_int(body, "max_completion_tokens", low=1)
+    max_tokens = body.max_completion_tokens or body.max_tokens
     optional = {
-        "max_tokens": legacy_max_tokens if max_tokens is None else max_tokens,
-        "logprobs": get_bool(body, "logprobs"),
-        "top_logprobs": get_int(body, "top_logprobs", low=0, high=MAX_TOP_LOGPROBS),
-        "structured_output": openai_response_format(body.get("response_format")),
+        "max_tokens": max_tokens,
+        "logprobs": body.logprobs,
+        "top_logprobs": body.top_logprobs,
+        "structured_output": openai_response_format(body.response_format),
     }
     params.update((key, value) for key, value in optional.items() if value is not None)
     params.update(openai_tools(body))
-    if "top_logprobs" in params and not params.get("logprobs"):
-        raise GatewayError.invalid("top_logprobs requires logprobs to be true", "top_logprobs")
-    check_min_tokens(params)
     return params
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from common.structured_output import StructuredOutputError, grammar_text
+from common.validation import json_type, show
 from gateway.errors import GatewayError
-from gateway.protocols.validate import get_bool, json_type, show
 
 
 def openai_response_format(value: Any) -> dict[str, Any] | None:
@@ -31,7 +31,10 @@ def openai_response_format(value: Any) -> dict[str, Any] | None:
     if not isinstance(spec.get("name"), str) or not spec["name"]:
         raise GatewayError.invalid(f"{param}.json_schema.name must be a non-empty string", param)
     schema = spec.get("schema", {})  # OpenAI: no schema means any JSON value
-    strict = get_bool(spec, "strict", param=f"{param}.json_schema.strict")
+    strict = spec.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        where = f"{param}.json_schema.strict"
+        raise GatewayError.invalid(f"{where} must be a boolean, got {json_type(strict)}", where)
     return _checked({"type": "json_schema", "schema": schema, "strict": bool(strict)}, param)
 
 

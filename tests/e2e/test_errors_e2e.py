@@ -39,7 +39,9 @@ def assert_anthropic_error(response: httpx.Response, status: int, kind: str) -> 
 
 OPENAI_BAD_BODIES = [
     ({"messages": []}, "messages"),
-    ({"messages": [{"role": "wizard", "content": "x"}]}, "messages"),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
+    ({"messages": HELLO, "max_tokens": 2**64}, "max_tokens"),
+    ({"messages": HELLO, "seed": 2**64}, "seed"),
     ({"messages": "hello"}, "messages"),
     ({"messages": HELLO, "temperature": "hot"}, "temperature"),
     ({"messages": HELLO, "temperature": 3}, "temperature"),

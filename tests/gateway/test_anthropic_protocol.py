@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.wire import encode
 from gateway.errors import ErrorKind, GatewayError
 from gateway.protocols.anthropic import AnthropicResponseBuilder
 from gateway.protocols.base import (
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILDER = AnthropicResponseBuilder()
 HELLO = [{"role": "user", "content": "hi"}]
 REQUIRED = {"model": "smol", "max_tokens": 32, "messages": HELLO}
-DEFAULT_PARAMS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "n": 1, "max_tokens": 32}
+DEFAULT_PARAMS = {"max_tokens": 32}  # the rest are SamplingParams defaults
 
 
 def parse(**fields: Any) -> ChatRequest:
@@ -89,7 +90,6 @@ def test_every_parameter_lands_on_its_sampling_keyword():
             "temperature": 0.2,
             "top_p": 0.8,
             "top_k": 20,
-            "n": 1,
             "max_tokens": 32,
             "stop": ["\n\nHuman:", "END"],
         },
@@ -115,7 +115,13 @@ def test_system_blocks_and_content_blocks_join():
 
 def test_null_optional_fields_and_unknown_fields():
     request = parse(
-        system=None, temperature=None, stop_sequences=None, metadata=None, tools=None, thinking={}
+        system=None,
+        temperature=None,
+        stop_sequences=None,
+        metadata=None,
+        tools=None,
+        thinking={"type": "disabled"},
+        citations=True,
     )
     assert request == ChatRequest(model="smol", messages=HELLO, params=DEFAULT_PARAMS)
 
@@ -146,18 +152,18 @@ BAD_REQUESTS = [
     ({**REQUIRED, "messages": {}}, "messages", "messages must be an array, got object"),
     (
         {**REQUIRED, "messages": [{"role": "system", "content": "x"}]},
-        "messages",
-        'messages[0].role must be one of "user", "assistant", got "system"',
+        "messages.0.role",
+        "messages.0.role must be 'user' or 'assistant', got \"system\"",
     ),
     (
         {**REQUIRED, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
-        "messages",
-        'messages[0].content[0].type "image" is not supported in a user turn',
+        "messages.0.content.0.type",
+        'messages.0.content.0.type "image" is not supported in a user turn',
     ),
     (
         {**REQUIRED, "messages": [{"role": "user", "content": 5}]},
-        "messages",
-        "messages[0].content must be a string or an array of content blocks, got integer",
+        "messages.0.content",
+        "messages.0.content must be a string or an array of content blocks, got integer",
     ),
     (
         {**REQUIRED, "system": 5},
@@ -166,8 +172,8 @@ BAD_REQUESTS = [
     ),
     (
         {**REQUIRED, "system": [{"type": "image"}]},
-        "system",
-        'system[0].type must be "text" (only text is supported), got "image"',
+        "system.0.type",
+        'system.0.type must be "text" (only text is supported), got "image"',
     ),
     ({**REQUIRED, "temperature": 1.5}, "temperature", "temperature must be in [0, 1], got 1.5"),
     (
@@ -185,8 +191,8 @@ BAD_REQUESTS = [
     ),
     (
         {**REQUIRED, "stop_sequences": ["END", ""]},
-        "stop_sequences",
-        "stop_sequences[1] must be a non-empty string",
+        "stop_sequences.1",
+        "stop_sequences.1 must be a non-empty string",
     ),
     ({**REQUIRED, "stream": "true"}, "stream", "stream must be a boolean, got string"),
     ({**REQUIRED, "metadata": []}, "metadata", "metadata must be an object, got array"),
@@ -221,9 +227,81 @@ FIELDS = [
 @given(st.sampled_from(FIELDS), JSON)
 def test_any_json_in_any_field_parses_or_is_a_400(key, value):
     try:
-        BUILDER.parse({**REQUIRED, key: value})
+        request = BUILDER.parse({**REQUIRED, key: value})
     except GatewayError as error:
         assert (error.kind, error.param is not None) == (ErrorKind.INVALID_REQUEST, True)
+    else:
+        encode(request.submit("r"))  # what parses crosses msgpack: never a 500 after it
+
+
+def user(*blocks: Any) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": list(blocks)}]
+
+
+def tool_use(**fields: Any) -> list[dict[str, Any]]:
+    block = {"type": "tool_use", "id": "t1", "name": "f", "input": {}, **fields}
+    return [*HELLO, {"role": "assistant", "content": [block]}]
+
+
+def tool_result(**fields: Any) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": "t1", "content": "18C", **fields}
+
+
+def tool(**fields: Any) -> dict[str, Any]:
+    return {"name": "f", "input_schema": {"type": "object"}, **fields}
+
+
+# Bodies that once reached the msgpack encoder (a 500) or were silently ignored: each is a
+# 400 in Anthropic's shape whose message starts with the parameter's path.
+EDGE_BODIES: list[tuple[dict[str, Any], str]] = [
+    ({"max_tokens": 2**64}, "max_tokens"),
+    ({"top_k": 2**64}, "top_k"),
+    ({"model": "\ud800"}, "model"),
+    ({"system": "\ud800"}, "system"),
+    ({"system": [text_block("ok"), text_block("\udfff")]}, "system.1.text"),
+    ({"messages": [{"role": "user", "content": "\ud800"}]}, "messages.0.content"),
+    ({"messages": user(text_block("\ud800"))}, "messages.0.content.0.text"),
+    ({"messages": user(tool_result(content="\ud800"))}, "messages.0.content.0.content"),
+    ({"messages": user(tool_result(tool_use_id="\ud800"))}, "messages.0.content.0.tool_use_id"),
+    ({"messages": tool_use(name="\ud800")}, "messages.1.content.0.name"),
+    ({"messages": tool_use(input={"n": 2**64})}, "messages.1.content.0.input.n"),
+    ({"messages": tool_use(input={"x": float("nan")})}, "messages.1.content.0.input.x"),
+    ({"messages": user(tool_result(is_error="yes"))}, "messages.0.content.0.is_error"),
+    ({"messages": user({"type": "text"})}, "messages.0.content.0.text"),
+    ({"messages": user({"type": "tool_result"})}, "messages.0.content.0.tool_use_id"),
+    ({"stop_sequences": ["\ud800"]}, "stop_sequences.0"),
+    ({"tools": [tool(name="\ud800")]}, "tools.0.name"),
+    ({"tools": [tool(description="\ud800")]}, "tools.0.description"),
+    ({"tools": [tool(input_schema={"maxItems": 2**64})]}, "tools.0.input_schema.maxItems"),
+    ({"tools": [tool()], "tool_choice": {"type": "tool", "name": "\ud800"}}, "tool_choice.name"),
+    ({"metadata": {"user_id": "\ud800"}}, "metadata.user_id"),
+    ({"temperature": float("nan")}, "temperature"),
+    ({"top_p": float("inf")}, "top_p"),
+    ({"temperature": "1"}, "temperature"),
+    (
+        {"output_config": {"format": {"type": "json_schema", "schema": {"x": float("inf")}}}},
+        "output_config.format.schema.x",
+    ),
+    (
+        {"tools": [tool()], "tool_choice": {"type": "auto", "disable_parallel_tool_use": "no"}},
+        "tool_choice.disable_parallel_tool_use",
+    ),
+    ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+    ({"container": "c-1"}, "container"),
+    ({"mcp_servers": [{"type": "url", "url": "https://x", "name": "x"}]}, "mcp_servers"),
+    ({"context_management": {"edits": []}}, "context_management"),
+]
+
+
+@pytest.mark.parametrize(("fields", "param"), EDGE_BODIES)
+def test_edge_bodies_are_400s_in_anthropic_shape_naming_the_path(
+    fields: dict[str, Any], param: str
+):
+    error = parse_error({**REQUIRED, **fields})
+    assert error.param == param
+    status, body = BUILDER.error_body(error)
+    assert (status, body["type"], body["error"]["type"]) == (400, "error", "invalid_request_error")
+    assert body["error"]["message"].startswith(param)
 
 
 @given(JSON)

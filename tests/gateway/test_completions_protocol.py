@@ -11,7 +11,7 @@ from gateway.protocols.completions import MAX_CHOICES, CompletionsResponseBuilde
 from tests.gateway.test_openai_protocol import SHARED_FIELDS, SHARED_PARAMS, data, usage
 
 BUILDER = CompletionsResponseBuilder()
-DEFAULT_PARAMS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "n": 1, "max_tokens": 16}
+DEFAULT_PARAMS = {"n": 1, "max_tokens": 16}  # the rest are SamplingParams defaults
 
 
 def parse(**fields: Any) -> ChatRequest:
@@ -133,26 +133,32 @@ def test_a_chat_request_still_crosses_as_messages():
 
 
 @pytest.mark.parametrize(
-    "prompt",
+    ("prompt", "param"),
     [
-        None,
-        5,
-        {"text": "x"},
-        [],
-        "",
-        ["ok", ""],
-        [[]],
-        [1, -1],
-        [1, True],
-        [1.5],
-        ["a", 3],
-        [[1, "x"]],
-        [None],
-        [2**31],
+        (None, "prompt"),
+        (5, "prompt"),
+        ({"text": "x"}, "prompt"),
+        ([], "prompt"),
+        ("", "prompt"),
+        ("\ud800", "prompt"),
+        (["ok", ""], "prompt.1"),
+        (["ok", "\udfff"], "prompt.1"),
+        ([[]], "prompt.0"),
+        ([1, -1], "prompt.1"),
+        ([1, True], "prompt.1"),
+        ([1.5], "prompt.0"),
+        (["a", 3], "prompt.1"),
+        ([[1, "x"]], "prompt.0.1"),
+        ([None], "prompt.0"),
+        ([2**31], "prompt.0"),
+        ([[1, 2**64]], "prompt.0.1"),
     ],
 )
-def test_bad_prompts_are_400_naming_prompt(prompt: Any):
-    assert parse_error(prompt=prompt).param == "prompt"
+def test_bad_prompts_are_400_naming_the_prompt_by_path(prompt: Any, param: str):
+    error = parse_error(prompt=prompt)
+    status, body = BUILDER.error_body(error)
+    assert (status, body["error"]["param"]) == (400, param)
+    assert body["error"]["message"].startswith(param)
 
 
 def test_a_missing_prompt_is_400():
@@ -162,14 +168,14 @@ def test_a_missing_prompt_is_400():
 
 def test_error_messages_say_which_prompt_is_bad():
     assert parse_error(prompt=["ok", [1, -1]]).message == (
-        "prompt[1][1] must be a token id (an integer >= 0), got -1"
+        "prompt.1.1 must be a token id (an integer >= 0), got -1"
     )
-    assert parse_error(prompt=["ok", ""]).message == "prompt[1] must not be empty"
+    assert parse_error(prompt=["ok", ""]).message == "prompt.1 must not be empty"
 
 
 def test_suffix_is_refused_not_ignored():
     error = parse_error(prompt="def f(", suffix="    return 1")
-    assert (error.param, error.message) == ("suffix", "suffix is not supported")
+    assert (error.param, error.message) == ("suffix", "suffix is not supported by this server")
 
 
 @pytest.mark.parametrize("logprobs", [6, -1, True, 1.0, "2"])
@@ -192,7 +198,13 @@ def test_best_of_other_than_n_is_refused(best_of: int, n: int):
         ({"max_tokens": 0}, "max_tokens"),
         ({"min_tokens": 17}, "min_tokens"),  # past the default max_tokens of 16
         ({"stream_options": {"include_usage": True}}, "stream_options"),
-        ({"stop_token_ids": [-1]}, "stop_token_ids"),
+        ({"stop_token_ids": [-1]}, "stop_token_ids.0"),
+        ({"seed": 2**64}, "seed"),
+        ({"max_tokens": 2**64}, "max_tokens"),
+        ({"logprobs": 2**64}, "logprobs"),
+        ({"best_of": 2**64}, "best_of"),
+        ({"top_p": float("nan")}, "top_p"),
+        ({"stop": "\ud800"}, "stop"),
         ({"temperature": 3}, "temperature"),
         ({"n": 17}, "n"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.wire import encode
 from gateway.errors import ErrorKind, GatewayError
 from gateway.protocols.base import (
     ChatRequest,
@@ -23,7 +24,7 @@ from gateway.protocols.openai import OpenAIResponseBuilder
 ROOT = Path(__file__).resolve().parents[2]
 BUILDER = OpenAIResponseBuilder()
 HELLO = [{"role": "user", "content": "hi"}]
-DEFAULT_PARAMS = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "n": 1}
+DEFAULT_PARAMS = {"n": 1}  # the rest are SamplingParams defaults, the same on both sides
 
 
 def parse(**fields: Any) -> ChatRequest:
@@ -194,37 +195,32 @@ BAD_BODIES = [
     ({"messages": None}, "messages", "messages is required"),
     ({"messages": []}, "messages", "messages must not be empty"),
     ({"messages": "hi"}, "messages", "messages must be an array, got string"),
-    ({"messages": ["hi"]}, "messages", "messages[0] must be an object, got string"),
+    ({"messages": ["hi"]}, "messages.0", "messages.0 must be an object, got string"),
     (
         {"messages": [{"role": "tool", "content": "x"}]},
-        "messages",
-        "messages[0].tool_call_id must be a string",
+        "messages.0.tool_call_id",
+        "messages.0.tool_call_id is required in a tool message",
     ),
-    (
-        {"messages": [{"content": "x"}]},
-        "messages",
-        'messages[0].role must be one of "system", "developer", "user", "assistant", "tool", '
-        "got null",
-    ),
+    ({"messages": [{"content": "x"}]}, "messages.0.role", "messages.0.role is required"),
     (
         {"messages": [{"role": "user"}]},
-        "messages",
-        "messages[0].content must be a string or an array of text parts, got null",
+        "messages.0.content",
+        "messages.0.content must be a string or an array of text parts, got null",
     ),
     (
         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
-        "messages",
-        'messages[0].content[0].type must be "text" (only text is supported), got "image_url"',
+        "messages.0.content.0.type",
+        'messages.0.content.0.type must be "text" (only text is supported), got "image_url"',
     ),
     (
         {"messages": [{"role": "user", "content": ["x"]}]},
-        "messages",
-        "messages[0].content[0] must be an object, got string",
+        "messages.0.content.0",
+        "messages.0.content.0 must be an object, got string",
     ),
     (
         {"messages": [{"role": "user", "content": [{"type": "text", "text": 3}]}]},
-        "messages",
-        "messages[0].content[0].text must be a string, got integer",
+        "messages.0.content.0.text",
+        "messages.0.content.0.text must be a string, got integer",
     ),
 ]
 
@@ -281,8 +277,8 @@ BAD_FIELDS = [
     ({"repetition_penalty": 0}, "repetition_penalty", "repetition_penalty must be > 0, got 0"),
     ({"stop": ""}, "stop", "stop must be a non-empty string"),
     ({"stop": 5}, "stop", "stop must be a string or an array of strings, got integer"),
-    ({"stop": ["a", ""]}, "stop", "stop[1] must be a non-empty string"),
-    ({"stop": ["a", 1]}, "stop", "stop[1] must be a non-empty string"),
+    ({"stop": ["a", ""]}, "stop.1", "stop.1 must be a non-empty string"),
+    ({"stop": ["a", 1]}, "stop.1", "stop.1 must be a non-empty string"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "stop may hold at most 4 strings, got 5"),
     ({"stream": "yes"}, "stream", "stream must be a boolean, got string"),
     ({"stream": 1}, "stream", "stream must be a boolean, got integer"),
@@ -334,6 +330,89 @@ def test_bad_field_is_a_400_naming_the_parameter(fields, param, message):
     assert (error.kind, error.param, error.message) == (ErrorKind.INVALID_REQUEST, param, message)
 
 
+def function_tool(name: str = "f", **spec: Any) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, **spec}}
+
+
+def assistant_call(arguments: Any) -> list[dict[str, Any]]:
+    call = {"id": "1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    return [{"role": "assistant", "content": None, "tool_calls": [call]}]
+
+
+# Bodies that once reached the msgpack encoder (a 500) or were silently ignored: each is a
+# 400 in OpenAI's shape naming the parameter by its path.
+EDGE_BODIES: list[tuple[dict[str, Any], str]] = [
+    ({"max_tokens": 2**64}, "max_tokens"),
+    ({"max_completion_tokens": 2**64}, "max_completion_tokens"),
+    ({"top_k": 2**64}, "top_k"),
+    ({"min_tokens": 2**64}, "min_tokens"),
+    ({"seed": 2**64}, "seed"),
+    ({"seed": -(2**63) - 1}, "seed"),
+    ({"n": 2**64}, "n"),
+    ({"logprobs": True, "top_logprobs": 2**64}, "top_logprobs"),
+    ({"stop_token_ids": [2**64]}, "stop_token_ids.0"),
+    ({"logit_bias": {"18446744073709551616": 1}}, "logit_bias"),
+    (
+        {"tools": [function_tool(parameters={"maxLength": 2**64})]},
+        "tools.0.function.parameters.maxLength",
+    ),
+    ({"model": "\ud800"}, "model"),
+    ({"messages": [{"role": "user", "content": "a\ud800"}]}, "messages.0.content"),
+    (
+        {"messages": [{"role": "user", "content": [text_part("\udfff")]}]},
+        "messages.0.content.0.text",
+    ),
+    ({"stop": "\ud800"}, "stop"),
+    ({"stop": ["ok", "\ud800"]}, "stop.1"),
+    ({"tools": [function_tool("\ud800")]}, "tools.0.function.name"),
+    ({"tools": [function_tool(description="\ud800")]}, "tools.0.function.description"),
+    (
+        {"tools": [function_tool(parameters={"type": "object", "title": "\ud800"})]},
+        "tools.0.function.parameters.title",
+    ),
+    ({"messages": assistant_call("\ud800")}, "messages.0.tool_calls.0.function.arguments"),
+    ({"temperature": float("nan")}, "temperature"),
+    ({"top_p": float("inf")}, "top_p"),
+    ({"presence_penalty": float("-inf")}, "presence_penalty"),
+    ({"logit_bias": {"5": float("nan")}}, "logit_bias.5"),
+    (
+        {"response_format": {"type": "json_object", "x": float("nan")}},
+        "response_format.x",
+    ),
+    ({"temperature": "0.5"}, "temperature"),
+    ({"n": 2.0}, "n"),
+    ({"messages": [{"role": "user", "content": {"text": "hi"}}]}, "messages.0.content"),
+    ({"messages": assistant_call({"city": "Paris"})}, "messages.0.tool_calls.0.function.arguments"),
+    ({"tools": [function_tool(parameters=[])]}, "tools.0.function.parameters"),
+    ({"tool_choice": 3}, "tool_choice"),
+    ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
+    ({"modalities": ["text", "audio"]}, "modalities"),
+    ({"prediction": {"type": "content", "content": "x"}}, "prediction"),
+    ({"web_search_options": {}}, "web_search_options"),
+    ({"functions": [{"name": "f"}]}, "functions"),
+    ({"function_call": "auto"}, "function_call"),
+    ({"reasoning_effort": "high"}, "reasoning_effort"),
+    ({"store": True}, "store"),
+]
+
+
+@pytest.mark.parametrize(("fields", "param"), EDGE_BODIES)
+def test_edge_bodies_are_400s_in_openai_shape_naming_the_path(fields: dict[str, Any], param: str):
+    error = parse_error({"messages": HELLO, **fields})
+    status, body = BUILDER.error_body(error)
+    assert (status, body["error"]["type"], body["error"]["param"]) == (
+        400,
+        "invalid_request_error",
+        param,
+    )
+    assert body["error"]["message"].startswith(param)
+
+
+def test_unimplemented_parameters_at_their_off_values_are_accepted():
+    request = parse(store=False, modalities=["text"], audio=None, functions=None)
+    assert request.params == DEFAULT_PARAMS
+
+
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner),
@@ -366,9 +445,11 @@ FIELDS = [
 @given(st.sampled_from(FIELDS), JSON)
 def test_any_json_in_any_field_parses_or_is_a_400(key, value):
     try:
-        BUILDER.parse({**{"messages": HELLO, "stream": True}, key: value})
+        request = BUILDER.parse({**{"messages": HELLO, "stream": True}, key: value})
     except GatewayError as error:
         assert (error.kind, error.param is not None) == (ErrorKind.INVALID_REQUEST, True)
+    else:
+        encode(request.submit("r"))  # what parses crosses msgpack: never a 500 after it
 
 
 @given(JSON)
@@ -628,4 +709,4 @@ def test_logit_bias_becomes_token_id_pairs():
 @pytest.mark.parametrize("bias", [{"x": 1}, {"5": 101}, {"5": "1"}, {"5": True}, [1]])
 def test_bad_logit_bias_is_a_400_naming_it(bias: Any):
     error = parse_error({"messages": HELLO, "logit_bias": bias})
-    assert (error.kind, error.param) == (ErrorKind.INVALID_REQUEST, "logit_bias")
+    assert error.kind == ErrorKind.INVALID_REQUEST and error.param.startswith("logit_bias")

@@ -24,7 +24,7 @@ OPENAI = OpenAIResponseBuilder()
 ANTHROPIC = AnthropicResponseBuilder()
 HELLO = [{"role": "user", "content": "hi"}]
 ANTHROPIC_REQUIRED = {"model": "smol", "max_tokens": 32, "messages": HELLO}
-TOOL_TOP = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "n": 1}
+TOOL_TOP = {"n": 1}  # what OpenAI requests always send; the rest are defaults
 WEATHER_SCHEMA = {
     "type": "object",
     "properties": {"city": {"type": "string"}},
@@ -190,7 +190,6 @@ def test_anthropic_tools_become_the_workers_tool_definitions():
         ]
     )
     assert request.params == {
-        **TOOL_TOP,
         "max_tokens": 32,
         "tools": [
             {
@@ -337,7 +336,7 @@ OPENAI_BAD = [
         "tools.1.function.parameters",
     ),
     ({"tools": [function(strict="yes")]}, "tools.0.function.strict"),
-    ({"tools": [{"type": "retrieval", "function": {"name": "x"}}]}, "tools.0"),
+    ({"tools": [{"type": "retrieval", "function": {"name": "x"}}]}, "tools.0.type"),
     ({"tools": ["get_weather"]}, "tools.0"),
     ({"tools": {"get_weather": {}}}, "tools"),
     ({"tools": [function(), function("get_time"), function()]}, "tools.2"),
@@ -355,8 +354,11 @@ OPENAI_BAD = [
     ({"tools": [function()], "tool_choice": {"type": "function", "name": "x"}}, "tool_choice"),
     ({"tools": [function()], "tool_choice": 1}, "tool_choice"),
     ({"tools": [function()], "parallel_tool_calls": "no"}, "parallel_tool_calls"),
-    ({"messages": [{"role": "tool", "content": "18C"}]}, "messages"),
-    ({"messages": [{"role": "tool", "content": "18C", "tool_call_id": 7}]}, "messages"),
+    ({"messages": [{"role": "tool", "content": "18C"}]}, "messages.0.tool_call_id"),
+    (
+        {"messages": [{"role": "tool", "content": "18C", "tool_call_id": 7}]},
+        "messages.0.tool_call_id",
+    ),
     (
         {
             "messages": [
@@ -367,7 +369,7 @@ OPENAI_BAD = [
                 }
             ]
         },
-        "messages",
+        "messages.0.tool_calls.0.function.name",
     ),
     (
         {
@@ -381,9 +383,12 @@ OPENAI_BAD = [
                 }
             ]
         },
-        "messages",
+        "messages.0.tool_calls.0.function.arguments",
     ),
-    ({"messages": [{"role": "assistant", "content": None, "tool_calls": {}}]}, "messages"),
+    (
+        {"messages": [{"role": "assistant", "content": None, "tool_calls": {}}]},
+        "messages.0.tool_calls",
+    ),
 ]
 
 
@@ -414,21 +419,21 @@ ANTHROPIC_BAD = [
     ({"tool_choice": {"type": "any"}}, "tool_choice"),
     ({"tool_choice": {"type": "tool", "name": "get_weather"}}, "tool_choice"),
     ({"tools": [anthropic_tool()], "tool_choice": "auto"}, "tool_choice"),
-    ({"tools": [anthropic_tool()], "tool_choice": {"type": "required"}}, "tool_choice"),
+    ({"tools": [anthropic_tool()], "tool_choice": {"type": "required"}}, "tool_choice.type"),
     (
         {
             "tools": [anthropic_tool()],
             "tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"},
         },
-        "tool_choice",
+        "tool_choice.disable_parallel_tool_use",
     ),
     (
         {"messages": [{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}]},
-        "messages",
+        "messages.0.content.0.tool_use_id",
     ),
     (
         {"messages": [{"role": "user", "content": [{"type": "tool_use", "name": "f"}]}]},
-        "messages",
+        "messages.0.content.0.type",
     ),
     (
         {
@@ -436,7 +441,7 @@ ANTHROPIC_BAD = [
                 {"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]}
             ]
         },
-        "messages",
+        "messages.0.content.0.type",
     ),
     (
         {
@@ -444,7 +449,7 @@ ANTHROPIC_BAD = [
                 {"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": "x"}]}
             ]
         },
-        "messages",
+        "messages.0.content.0.input",
     ),
 ]
 
@@ -479,7 +484,7 @@ def test_openai_tool_whose_function_is_not_an_object_is_a_400():
     error = parse_error(
         OPENAI, {"messages": HELLO, "tools": [{"type": "function", "function": "get_weather"}]}
     )
-    assert (error.kind, error.param) == (ErrorKind.INVALID_REQUEST, "tools.0")
+    assert (error.kind, error.param) == (ErrorKind.INVALID_REQUEST, "tools.0.function")
 
 
 def test_anthropic_tool_with_a_stray_function_field_parses_or_is_a_400():

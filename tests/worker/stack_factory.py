@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from common.sampling_params import SamplingParams
 from worker.kv.base import KVStorage
 from worker.kv.paged import PageCache
 from worker.model.config import ModelConfig
@@ -14,7 +15,6 @@ from worker.model.llama import LlamaModel
 from worker.postprocess import OutputProcessor
 from worker.request import RequestFactory
 from worker.runner import ModelRunner
-from worker.sampling_params import SamplingParams
 from worker.scheduler import InferenceScheduler, SchedulerConfig
 from worker.sequence import TokenEvent
 from worker.tokenizer import Tokenizer

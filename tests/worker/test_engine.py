@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from bench.accuracy import sequence_logits as full_sequence_logits
+from common.sampling_params import SamplingParams
 from worker.engine import InferenceEngine
 from worker.model.loader import load_model
-from worker.sampling_params import SamplingParams
 from worker.sequence import TokenEvent
 
 pytestmark = pytest.mark.slow
@@ -236,9 +236,11 @@ def test_closing_a_stream_early_frees_its_pages(engine: InferenceEngine):
         ("Hi", {"temperature": -0.5}, "temperature must be >= 0, got -0.5"),
         ("Hi", {"top_p": 0.0}, r"top_p must be in \(0, 1\], got 0.0"),
         ("Hi", {"top_p": 1.5}, r"top_p must be in \(0, 1\], got 1.5"),
-        ("Hi", {"top_k": -1}, "top_k must be >= 0, got -1"),
+        ("Hi", {"top_k": -2}, "top_k must be >= -1"),
+        ("Hi", {"seed": 2**64}, "seed must be in"),
+        ("\ud800", {}, "prompt must be valid Unicode text"),
         ("Hi", {"beam_width": 4}, "unknown sampling parameter 'beam_width'"),
-        ([{"role": "wizard", "content": "x"}], {}, "messages\\[0\\].role"),
+        ([{"role": "wizard", "content": "x"}], {}, "messages.0.role"),
         ([], {}, "messages must not be empty"),
     ],
 )

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import torch
 
+from common.sampling_params import SamplingParams
 from worker.engine import InferenceEngine
 from worker.errors import RequestError
 from worker.grammar import CLOSING_BUDGET, GrammarCompiler, GrammarMasks, grammar_finished
-from worker.sampling_params import SamplingParams
 from worker.tokenizer import Tokenizer
 
 PERSON = {

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from common.sampling_params import SamplingParams
 from tests.worker.stack_factory import Stack, tiny_stack
 from worker.errors import ContextLengthExceeded, RequestError
-from worker.sampling_params import SamplingParams
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from common.sampling_params import SamplingParams
 from worker.sampling import (
     TOP_P_CANDIDATES,
     BaseSamplingStrategy,
@@ -23,7 +24,6 @@ from worker.sampling import (
     sample_batch,
     sample_rows,
 )
-from worker.sampling_params import SamplingParams
 
 # Probabilities whose cumulative sums stay far from the p values used below.
 PROBS = [0.05, 0.5, 0.1, 0.2, 0.15]
@@ -32,7 +32,7 @@ PROBS = [0.05, 0.5, 0.1, 0.2, 0.15]
 def make_row(
     *, seed: int | None = None, prompt: tuple[int, ...] = (), output: tuple[int, ...] = (), **kw
 ) -> SamplingRow:
-    """A row with top_k off unless given (SamplingParams defaults it to 50)."""
+    """A row with top_k off unless given (as SamplingParams defaults it)."""
     kw.setdefault("top_k", 0)
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     return SamplingRow(SamplingParams(**kw), generator, prompt, output)
@@ -445,7 +445,7 @@ def test_sample_shortcut_shapes() -> None:
     [
         ({"temperature": -0.1}, "temperature"),
         ({"temperature": math.nan}, "temperature"),
-        ({"top_k": -1}, "top_k"),
+        ({"top_k": -2}, "top_k"),  # -1, like 0, means off
         ({"top_p": 0.0}, "top_p"),
         ({"top_p": 1.5}, "top_p"),
         ({"min_p": -0.1}, "min_p"),

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from common.sampling_params import SamplingParams
 from tests.worker.stack_factory import Stack, tiny_stack
 from worker.runner import Chunk
-from worker.sampling_params import SamplingParams
 from worker.sequence import FinishReason
 
 PROMPT_33 = list(range(1000, 1033))  # 8 full pages of 4 and one token over

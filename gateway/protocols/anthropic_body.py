@@ -1,0 +1,133 @@
+"""The body of Anthropic's /v1/messages (and count_tokens): content blocks, tools, sampling."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, BeforeValidator, Field, PlainValidator, model_validator
+
+from common.chat import TextContent
+from common.validation import (
+    MAX_COUNT,
+    boolean,
+    check_text,
+    integer,
+    invalid,
+    json_object,
+    json_type,
+    number,
+    show,
+    text,
+)
+from gateway.protocols.bodies import (
+    MAX_TOOLS,
+    RequestBody,
+    Required,
+    Unsupported,
+    is_null,
+    string_list,
+)
+
+Text = Annotated[str, text()]
+Bool = Annotated[bool, boolean()]
+JsonObject = Annotated[dict[str, Any], json_object()]
+# Which content blocks each role's turns may hold.
+BLOCKS = {"user": ("text", "tool_result"), "assistant": ("text", "tool_use")}
+
+
+class Block(BaseModel):
+    """One content block; which fields it needs depends on its type (checked below), and
+    other keys (`cache_control`, `citations`) are ignored."""
+
+    type: Text
+    text: Text | None = None
+    id: Text | None = None  # tool_use
+    name: Text | None = None  # tool_use
+    input: JsonObject | None = None  # tool_use
+    tool_use_id: Text | None = None  # tool_result
+    content: TextContent | None = None  # tool_result: a string or text blocks
+    is_error: Bool | None = None  # tool_result
+
+    @model_validator(mode="after")
+    def _fields_of_its_type(self) -> Block:
+        needed = {"text": ("text",), "tool_use": ("name",), "tool_result": ("tool_use_id",)}
+        for field in needed.get(self.type, ()):
+            if getattr(self, field) is None:
+                raise invalid(f"is required in a {self.type} block", field)
+        return self
+
+
+def _blocks(value: Any) -> Any:
+    """A string is one text block."""
+    if isinstance(value, str):
+        return [{"type": "text", "text": check_text(value)}]
+    if not isinstance(value, list):
+        reason = f"must be a string or an array of content blocks, got {json_type(value)}"
+        raise invalid(reason)
+    return value
+
+
+class Message(BaseModel):
+    role: Literal["user", "assistant"]
+    content: Annotated[list[Block], BeforeValidator(_blocks)]
+
+    @model_validator(mode="after")
+    def _blocks_of_its_role(self) -> Message:
+        for k, block in enumerate(self.content):
+            if block.type not in BLOCKS[self.role]:
+                reason = f"{show(block.type)} is not supported in a {self.role} turn"
+                raise invalid(reason, f"content.{k}.type")
+        return self
+
+
+class Tool(BaseModel):
+    """A client tool; server tools (`bash_…`, `web_search_…`) are refused by their type."""
+
+    type: Text | None = None
+    name: Annotated[str, text(non_empty=True)]
+    description: Text | None = None
+    input_schema: JsonObject | None = None
+    strict: Bool | None = None
+
+    @model_validator(mode="after")
+    def _a_client_tool(self) -> Tool:
+        if self.type not in (None, "custom"):
+            raise invalid(f"{show(self.type)} is not supported by this server", "type")
+        if self.input_schema is None:
+            raise invalid("is required", "input_schema")
+        return self
+
+
+class ToolChoice(BaseModel):
+    type: Literal["auto", "any", "tool", "none"]
+    name: Text | None = None
+    disable_parallel_tool_use: Bool | None = None
+
+
+def _thinking_off(value: Any) -> bool:
+    return value is None or (isinstance(value, dict) and value.get("type") == "disabled")
+
+
+class MessagesBody(RequestBody):
+    """POST /v1/messages."""
+
+    unsupported: ClassVar[Unsupported] = {
+        "thinking": _thinking_off,
+        "container": is_null,
+        "mcp_servers": lambda value: value in (None, []),
+        "context_management": is_null,
+    }
+
+    model: Annotated[str, text(non_empty=True), Required]
+    max_tokens: Annotated[int, integer(1, None, MAX_COUNT), Required]
+    messages: Annotated[list[Message], Field(min_length=1), Required]
+    system: TextContent | None = None
+    temperature: Annotated[float, number(0, 1)] | None = None
+    top_p: Annotated[float, number(0, 1, low_open=True)] | None = None
+    top_k: Annotated[int, integer(0, None, MAX_COUNT)] | None = None
+    stop_sequences: Annotated[list[str], PlainValidator(string_list())] | None = None
+    stream: Bool | None = None
+    metadata: JsonObject | None = None
+    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: ToolChoice | None = None
+    output_config: JsonObject | None = None
