@@ -32,6 +32,13 @@ def _gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-queued", type=int, default=512)
     parser.add_argument("--queue-timeout", type=float, default=30.0, metavar="SECONDS")
     parser.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS")
+    parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a client that takes longer to send its request body gets 408",
+    )
     parser.add_argument("--curve-secret-key", default=None, help="gateway .key_secret (CURVE)")
     parser.add_argument(
         "--curve-authorized-keys", default=None, help="folder of worker .key files allowed"
@@ -137,6 +144,7 @@ def gateway_config(args: argparse.Namespace) -> GatewayConfig:
         max_queued=args.max_queued,
         queue_timeout_s=args.queue_timeout,
         drain_timeout_s=args.drain_timeout,
+        body_timeout_s=args.body_timeout,
         curve_secret_key=args.curve_secret_key,
         curve_authorized_keys=args.curve_authorized_keys,
         cors_origins=tuple(args.cors_origin),

@@ -18,6 +18,11 @@ from collections.abc import Sequence
 
 PR_SET_PDEATHSIG = 1
 MAX_RESTARTS_PER_MINUTE = 5
+# Beyond its drain timeout, what a stopping gateway may take (cut streams flushed, uvicorn's
+# own graceful shutdown) before it is killed; and what a worker may take once its gateway is
+# gone and it has nothing left to run.
+GATEWAY_EXIT_GRACE_S = 10.0
+WORKER_EXIT_GRACE_S = 10.0
 
 
 def free_loopback_port() -> int:
@@ -97,6 +102,8 @@ def _gateway_argv(args: argparse.Namespace, worker_bind: str) -> list[str]:
         str(args.queue_timeout),
         "--drain-timeout",
         str(args.drain_timeout),
+        "--body-timeout",
+        str(args.body_timeout),
     ]
     if args.api_key:
         argv += ["--api-key", args.api_key]
@@ -178,12 +185,15 @@ def run_serve(args: argparse.Namespace) -> int:
             time.sleep(0.2)
         return 0
     finally:
-        _stop_all(children)
+        # The gateway first: it drains (running streams get the drain timeout, then end with
+        # an error event and are aborted on their workers); only then do the workers stop.
+        _terminate(children[:1], args.drain_timeout + GATEWAY_EXIT_GRACE_S)
+        _terminate(children[1:], WORKER_EXIT_GRACE_S)
 
 
-def _stop_all(children: list[subprocess.Popen[bytes]], grace_s: float = 10.0) -> None:
-    """SIGTERM every child (workers first), then SIGKILL whatever is left after the grace."""
-    for child in reversed(children):
+def _terminate(children: list[subprocess.Popen[bytes]], grace_s: float) -> None:
+    """SIGTERM each child, then SIGKILL whatever is left after the grace."""
+    for child in children:
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + grace_s

@@ -98,10 +98,10 @@ class Gateway:
                     return await route(handler, request)
                 return await handler.handle(request)
             except GatewayError as error:
-                return handler.error_response(error)
-            except Exception:  # never a bare 500: render it in the protocol's shape
+                return handler.refuse(error)
+            except Exception:  # never a bare 500: render it in the protocol's shape, counted
                 log.exception("unhandled error in %s", request.url.path)
-                return handler.error_response(
+                return handler.refuse(
                     GatewayError(ErrorKind.INTERNAL, "internal error; see the gateway log")
                 )
 

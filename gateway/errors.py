@@ -14,6 +14,8 @@ class ErrorKind(Enum):
     AUTHENTICATION = (401, 401, "authentication_error", "authentication_error")
     NOT_FOUND = (404, 404, "invalid_request_error", "not_found_error")
     PAYLOAD_TOO_LARGE = (413, 413, "invalid_request_error", "request_too_large")
+    REQUEST_TIMEOUT = (408, 408, "invalid_request_error", "invalid_request_error")  # slow body
+    UNSUPPORTED_MEDIA_TYPE = (415, 415, "invalid_request_error", "invalid_request_error")
     RATE_LIMITED = (429, 529, "rate_limit_error", "overloaded_error")  # gateway queue full
     UNAVAILABLE = (503, 529, "server_error", "overloaded_error")  # no worker can take it
     INTERNAL = (500, 500, "server_error", "api_error")
@@ -36,6 +38,7 @@ class GatewayError(Exception):
     param: str | None = None
     code: str | None = None  # OpenAI's `code`, e.g. context_length_exceeded, model_not_found
     retry_after_s: float | None = None
+    close_connection: bool = False  # the client cannot be trusted to send a next request
 
     def __post_init__(self) -> None:
         super().__init__(self.message)

@@ -7,6 +7,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -39,6 +40,7 @@ from gateway.workers import RequestChannel, WorkerHub, WorkerLost
 log = logging.getLogger(__name__)
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+DRAIN_RETRY_AFTER_S = 5.0
 
 
 class ProtocolHandler:
@@ -69,26 +71,43 @@ class ProtocolHandler:
         headers = {}
         if error.retry_after_s is not None:
             headers["Retry-After"] = str(max(1, round(error.retry_after_s)))
+        if error.close_connection:
+            headers["Connection"] = "close"
         return JSONResponse(body, status_code=status, headers=headers)
 
     async def handle(self, request: Request) -> Response:
-        """Admission first (before any work), then parse, route, submit, answer."""
+        """Read and parse the body, then admission, route, submit, answer.
+
+        The body comes first, bounded in size and time: a slow or malformed request holds
+        no admission slot (eight clients sending a byte every 2 s once held them all).
+        """
         started_at = time.monotonic()
         if self.draining():
-            return self._refuse(GatewayError(ErrorKind.UNAVAILABLE, "the gateway is shutting down"))
+            # A client that retries finds the replacement gateway, or another replica.
+            stopping = GatewayError(
+                ErrorKind.UNAVAILABLE,
+                "the gateway is shutting down",
+                retry_after_s=DRAIN_RETRY_AFTER_S,
+            )
+            return self.refuse(stopping)
+        try:
+            chat = self.builder.parse(await self.read_body(request))
+        except GatewayError as error:
+            return self.refuse(error)
+        except ClientDisconnect:
+            return Response(status_code=499)
         try:
             await self.admission.acquire()
         except GatewayError as error:
-            return self._refuse(error)
+            return self.refuse(error)
         handed_to_stream = False
         try:
             try:
-                chat = self.builder.parse(await read_json(request, self.config.max_body_bytes))
                 model = self.resolve_model(chat.model)
                 request_id = f"{self.builder.id_prefix}{uuid.uuid4().hex}"
                 started = await self.start(request_id, model, chat)
             except GatewayError as error:
-                return self._refuse(error)
+                return self.refuse(error)
             except ClientDisconnect:
                 return Response(status_code=499)
             state = StreamState(
@@ -121,7 +140,12 @@ class ProtocolHandler:
             if not handed_to_stream:
                 self.admission.release()
 
-    def _refuse(self, error: GatewayError) -> JSONResponse:
+    async def read_body(self, request: Request) -> Any:
+        """The JSON body, within the configured size and time."""
+        return await read_json(request, self.config.max_body_bytes, self.config.body_timeout_s)
+
+    def refuse(self, error: GatewayError) -> JSONResponse:
+        """The error answered in the protocol's shape, and counted."""
         response = self.error_response(error)
         self.metrics.observe(self.builder.name, response.status_code, 0.0, None, 0)
         return response
@@ -163,7 +187,14 @@ class ProtocolHandler:
             if attempt:
                 self.metrics.retries += 1
             channel = self.hub.open(request_id, worker)
-            reply = await self._first_reply(worker, channel, submit)
+            try:
+                reply = await self._first_reply(worker, channel, submit)
+            except BaseException:
+                # The client left while we waited, or the submit failed: nothing stays open
+                # here, and nothing runs on for nobody there.
+                self.hub.close(channel)
+                self._send_abort_soon(worker, request_id)
+                raise
             if isinstance(reply, Accepted):
                 return Started(channel, worker, reply)
             self.hub.close(channel)
@@ -186,10 +217,11 @@ class ProtocolHandler:
             return WorkerLost(worker.worker_id, "no answer to submit")
 
     def _abort_soon(self, started: Started) -> None:
+        self._send_abort_soon(started.worker, started.channel.request_id)
+
+    def _send_abort_soon(self, worker: WorkerState, request_id: str) -> None:
         """Tell the worker to stop, without awaiting (we may be inside a cancellation)."""
-        task = asyncio.ensure_future(
-            self.hub.send(started.worker, Abort(started.channel.request_id))
-        )
+        task = asyncio.ensure_future(self.hub.send(worker, Abort(request_id)))
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
 
     # -- non-streamed ----------------------------------------------------------------------------
@@ -235,7 +267,7 @@ class ProtocolHandler:
         while remaining:
             message = await started.channel.get()
             if isinstance(message, WorkerLost):
-                raise GatewayError(ErrorKind.UNAVAILABLE, f"worker lost: {message.reason}")
+                raise GatewayError(ErrorKind.UNAVAILABLE, message.detail)
             if isinstance(message, Tokens) and 0 <= message.index < n:
                 if ttft is None and message.token_ids:  # an echoed prompt is no first token
                     ttft = time.monotonic() - begun

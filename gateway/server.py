@@ -13,13 +13,17 @@ from gateway.app import Gateway
 from gateway.config import GatewayConfig
 
 log = logging.getLogger(__name__)
+# After the drain timeout, how long the cut responses get to write their error event and close.
+CUT_FLUSH_S = 3.0
 
 
 class DrainingServer(uvicorn.Server):
     """uvicorn, but the first SIGTERM/SIGINT drains before it exits.
 
     Readiness fails and new requests get 503 at once; in-flight requests get up to
-    `drain_timeout_s` to finish; then the server stops (exit 0). A second signal stops now.
+    `drain_timeout_s` to finish; those still running then are aborted on their workers and
+    their responses end with the protocol's error; then the server stops (exit 0). A second
+    signal stops now.
     """
 
     def __init__(self, config: uvicorn.Config, gateway: Gateway) -> None:
@@ -36,10 +40,18 @@ class DrainingServer(uvicorn.Server):
         self._drain_task = asyncio.get_event_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
-        deadline = time.monotonic() + self.gateway.config.drain_timeout_s
+        gateway = self.gateway
+        await self._wait_idle(gateway.config.drain_timeout_s)
+        if gateway.busy:
+            cut = await gateway.hub.cut_all("the server is shutting down")
+            log.warning("drain timeout: %d unfinished request(s) ended with an error", cut)
+            await self._wait_idle(CUT_FLUSH_S)
+        self.should_exit = True
+
+    async def _wait_idle(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
         while self.gateway.busy and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        self.should_exit = True
 
 
 def run_gateway(config: GatewayConfig, log_level: str = "info") -> None:

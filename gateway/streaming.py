@@ -70,7 +70,7 @@ class ActiveStream:
         while remaining:
             message = await self.started.channel.get()
             if isinstance(message, WorkerLost):
-                error = GatewayError(ErrorKind.UNAVAILABLE, f"worker lost: {message.reason}")
+                error = GatewayError(ErrorKind.UNAVAILABLE, message.detail)
                 yield self._fail(error, 503)
                 return
             if isinstance(message, Tokens) and 0 <= message.index < n:

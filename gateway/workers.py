@@ -15,7 +15,7 @@ import zmq.auth
 from zmq.auth.asyncio import AsyncioAuthenticator
 
 from common.curve import make_server
-from common.schemas import GatewayBeat, Heartbeat, Message, Register
+from common.schemas import Abort, GatewayBeat, Heartbeat, Message, Register
 from common.wire import DEFAULT_MAX_FRAME_BYTES, MAX_FRAMES_PER_MESSAGE, DropCounter, encode
 from gateway.registry import WorkerRegistry, WorkerState
 
@@ -24,10 +24,17 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class WorkerLost:
-    """Put into a request's channel when its worker dies or restarts."""
+    """Put into a request's channel when its worker dies or restarts, or when the gateway
+    stops and cuts the requests still running at the end of its drain."""
 
     worker_id: str
     reason: str
+    shutting_down: bool = False
+
+    @property
+    def detail(self) -> str:
+        """What the client is told."""
+        return self.reason if self.shutting_down else f"worker lost: {self.reason}"
 
 
 class RequestChannel:
@@ -133,6 +140,17 @@ class WorkerHub:
     @property
     def num_open(self) -> int:
         return len(self._channels)
+
+    async def cut_all(self, reason: str) -> int:
+        """End every open request: its worker is told to abort it, and its response ends with
+        `reason` as the protocol's error. Returns how many were cut."""
+        channels = list(self._channels.values())
+        for channel in channels:
+            worker = self.registry.get(channel.worker_id)
+            if worker is not None:
+                await self.send(worker, Abort(channel.request_id))
+            channel.queue.put_nowait(WorkerLost(channel.worker_id, reason, shutting_down=True))
+        return len(channels)
 
     # -- socket loop --------------------------------------------------------------------------
     async def _receive_loop(self) -> None:

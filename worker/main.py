@@ -81,6 +81,7 @@ class WorkerServer:
         self._last_gateway_beat = 0.0
         self._register_now = True
         self.last_loop_tick = time.monotonic()
+        engine.scheduler.step_end_listeners.append(self._flush_events)
 
     def stop(self) -> None:
         """Stop now: running requests are aborted by the engine's shutdown."""
@@ -103,14 +104,32 @@ class WorkerServer:
         return self.connected and not self.draining
 
     def _push_event(self, event: TokenEvent) -> None:
-        """Event sink, called on the scheduler thread."""
+        """Event sink. On the scheduler's thread a step's events wait for the step's end and
+        leave together (one send and one wakeup of the I/O thread per step, not per token:
+        each cost ~0.1 ms of the step's time at 8 streams); on any other thread, at once."""
+        frames = [encode(message) for message in to_wire(event)]
+        pending = getattr(self._local, "pending", None)
+        if pending is not None:
+            pending.extend(frames)
+        else:
+            self._push_socket().send_multipart(frames)
+
+    def _flush_events(self) -> None:
+        """After each scheduler step, on its thread: its events, as one message."""
+        pending = getattr(self._local, "pending", None)
+        if pending is None:
+            self._local.pending = []  # from now on this thread's events wait for the flush
+        elif pending:
+            self._push_socket().send_multipart(pending)
+            pending.clear()
+
+    def _push_socket(self) -> zmq.Socket:
         push = getattr(self._local, "push", None)
         if push is None:
             push = self._context.socket(zmq.PUSH)
             push.connect(self._events_address)
             self._local.push = push
-        for message in to_wire(event):
-            push.send(encode(message))
+        return push
 
     def run(self) -> None:
         dealer = self._context.socket(zmq.DEALER)
@@ -136,6 +155,18 @@ class WorkerServer:
                     if self.engine.is_idle() or now > drain_deadline:
                         log.info("worker %s drained", self.config.worker_id)
                         return
+                # Checked before any beat goes out: a worker resumed after a stop (SIGSTOP, a
+                # frozen VM) must not speak for the requests the gateway has since given up.
+                if self.connected and now - self._last_gateway_beat > self.config.gateway_timeout_s:
+                    log.warning(
+                        "gateway silent for %.1f s; aborting its requests",
+                        now - self._last_gateway_beat,
+                    )
+                    self.connected = False
+                    self.engine.abort_all()
+                    # The gateway may have dropped us: come back as a new incarnation, so it
+                    # can tell us from the one whose requests it failed.
+                    self.incarnation = uuid.uuid4().hex
                 if now >= next_beat:
                     periodic = beats % self.config.register_every == 0
                     if not self.connected or self._register_now or periodic:
@@ -144,13 +175,6 @@ class WorkerServer:
                     dealer.send(encode(self._heartbeat()))
                     beats += 1
                     next_beat = now + self.config.heartbeat_s
-                if self.connected and now - self._last_gateway_beat > self.config.gateway_timeout_s:
-                    log.warning(
-                        "gateway silent for %.1f s; aborting its requests",
-                        now - self._last_gateway_beat,
-                    )
-                    self.connected = False
-                    self.engine.abort_all()
                 timeout_ms = max(1, int((next_beat - now) * 1000))
                 ready = dict(poller.poll(timeout_ms))
                 if events in ready:

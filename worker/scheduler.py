@@ -6,6 +6,7 @@ import contextlib
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 
 import torch
 
@@ -54,6 +55,8 @@ class InferenceScheduler:
         self._wakeup = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        # Called on the loop's thread after each step (the worker sends its events then).
+        self.step_end_listeners: list[Callable[[], None]] = []
 
     # -- thread-safe entry points -----------------------------------------------------
     def add(self, choices: list[Sequence]) -> None:
@@ -116,7 +119,13 @@ class InferenceScheduler:
             except Exception as exc:  # a failed forward must not kill the worker
                 log.exception("scheduler step failed; failing every live sequence")
                 self._fail_all(exc)
+            self._notify_step_end()
         self._fail_all(RuntimeError("the engine shut down"))
+        self._notify_step_end()
+
+    def _notify_step_end(self) -> None:
+        for listener in list(self.step_end_listeners):
+            _call_safely("a step-end listener", listener)
 
     @torch.inference_mode()
     def step(self) -> None:
@@ -259,24 +268,13 @@ class InferenceScheduler:
 
     def _finish(self, seq: Sequence, reason: FinishReason, error: str | None = None) -> None:
         seq.finish_reason = reason
-        self._emit(
-            seq,
-            TokenEvent(
-                request_id=seq.request_id,
-                index=seq.index,
-                text="",
-                token_ids=(),
-                finish_reason=reason,
-                usage=seq.usage(),
-                error=error,
-            ),
+        event = TokenEvent(
+            seq.request_id, seq.index, "", (), finish_reason=reason, usage=seq.usage(), error=error
         )
+        self._emit(seq, event)
 
     def _emit(self, seq: Sequence, event: TokenEvent) -> None:
-        try:
-            seq.sink(event)
-        except Exception:  # a consumer's failure is its own, never the loop's
-            log.exception("event sink for request %s failed", seq.request_id)
+        _call_safely(f"the event sink of request {seq.request_id}", seq.sink, event)
 
     def _fail_all(self, exc: BaseException) -> None:
         with self._lock:
@@ -290,3 +288,11 @@ class InferenceScheduler:
         self.running = []
         for seq in live:
             self._finish(seq, FinishReason.ERROR, error=str(exc) or type(exc).__name__)
+
+
+def _call_safely(what: str, function: Callable[..., object], *args: object) -> None:
+    """A consumer's failure is its own, never the loop's."""
+    try:
+        function(*args)
+    except Exception:
+        log.exception("%s failed", what)

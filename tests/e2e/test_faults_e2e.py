@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -132,6 +133,7 @@ def test_kill_9_of_one_worker_during_streams(two_workers: Cluster):
 
 def test_a_stopped_worker_is_dropped_and_comes_back(two_workers: Cluster):
     stopped = two_workers.workers[1]
+    [before] = [w["incarnation"] for w in two_workers.worker_stats() if w["worker_id"] == "w1"]
     stopped.signal(signal.SIGSTOP)
     try:
         assert wait_until(lambda: two_workers.num_workers() == 1, 10)
@@ -142,6 +144,8 @@ def test_a_stopped_worker_is_dropped_and_comes_back(two_workers: Cluster):
         stopped.signal(signal.SIGCONT)
     assert wait_until(lambda: two_workers.num_workers() == 2, 15)
     assert chat(two_workers.url, "both again").status_code == 200
+    [after] = [w["incarnation"] for w in two_workers.worker_stats() if w["worker_id"] == "w1"]
+    assert after != before  # it came back as a new incarnation, as the README says
 
 
 def test_two_hundred_cancelled_streams_leak_nothing(two_workers: Cluster):
@@ -216,6 +220,44 @@ def test_overload_is_429_or_529_with_retry_after_and_never_5xx(tiny_model_dir: P
         cluster.stop()
 
 
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (fails on the timeout)."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_slow_bodies_hold_no_admission_slot_and_get_408(tiny_model_dir: Path):
+    cluster = Cluster(
+        tiny_model_dir, 1, "--max-in-flight", "1", "--max-queued", "0", "--body-timeout", "2"
+    )
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+    )
+    try:
+        cluster.gateway.wait_ready(workers=1)
+        slow = [socket.create_connection(("127.0.0.1", cluster.gateway.port), 20) for _ in range(3)]
+        try:
+            for sock in slow:
+                sock.sendall(head)  # then nothing more: 99 body bytes never come
+            # The one admission slot is free for a client that sends its body.
+            assert chat(cluster.url, "fast").status_code == 200
+            for sock in slow:
+                reply = read_until_closed(sock)
+                assert reply.startswith(b"HTTP/1.1 408 ")
+                assert b"the request body took longer than 2 s to arrive" in reply
+        finally:
+            for sock in slow:
+                sock.close()
+        metrics = httpx.get(f"{cluster.url}/metrics").text
+        assert 'astrai_requests_total{protocol="openai",status="408"} 3' in metrics
+        assert http_json(f"{cluster.url}/stats")[1]["gateway"]["in_flight"] == 0
+    finally:
+        cluster.stop()
+
+
 def test_sigterm_on_the_gateway_drains_in_flight_streams(tiny_model_dir: Path):
     cluster = Cluster(tiny_model_dir, 1, "--drain-timeout", "20")
     try:
@@ -225,11 +267,37 @@ def test_sigterm_on_the_gateway_drains_in_flight_streams(tiny_model_dir: Path):
             next(lines)
             cluster.gateway.process.send_signal(signal.SIGTERM)
             assert wait_until(lambda: http_json(f"{cluster.url}/health")[0] == 503, 5)
-            assert chat(cluster.url, "too late").status_code == 503
+            refused = chat(cluster.url, "too late")
+            assert refused.status_code == 503
+            assert refused.headers["retry-after"] == "5"
             rest = [line for line in lines if line]
         chunks = [json.loads(line[6:]) for line in rest if line.startswith("data: {")]
         assert rest[-1] == "data: [DONE]"
         assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+        assert cluster.gateway.process.wait(30) == 0
+    finally:
+        cluster.stop()
+
+
+def test_streams_that_outlast_the_drain_end_with_an_error_event(tiny_model_dir: Path):
+    # A long heartbeat timeout: the stopped worker must not be dropped before the drain ends.
+    cluster = Cluster(tiny_model_dir, 1, "--drain-timeout", "1", "--heartbeat-timeout", "60")
+    try:
+        cluster.gateway.wait_ready(workers=1)
+        worker = cluster.workers[0]
+        with long_stream(cluster.url, "cut me", 900) as response:
+            lines = response.iter_lines()
+            next(lines)
+            worker.signal(signal.SIGSTOP)  # the stream cannot finish within the drain
+            try:
+                cluster.gateway.process.send_signal(signal.SIGTERM)
+                rest = [line for line in lines if line]
+            finally:
+                worker.signal(signal.SIGCONT)
+        assert rest[-1] == "data: [DONE]"
+        error = json.loads(rest[-2][6:])["error"]
+        assert error["message"] == "the server is shutting down"
+        assert error["type"] == "server_error"
         assert cluster.gateway.process.wait(30) == 0
     finally:
         cluster.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -60,6 +61,34 @@ def test_sigterm_stops_every_child(tiny_model_dir: Path):
         server.wait_ready()
         assert server.stats()["num_workers"] == 2
         server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == 0
+        assert wait_until(lambda: not server.group_alive(), 15)
+    finally:
+        server.stop()
+
+
+def test_sigterm_on_serve_gives_streams_the_drain_then_an_error_event(tiny_model_dir: Path):
+    server = Server(
+        "serve", "--model", str(tiny_model_dir), "--dtype", "float32", "--drain-timeout", "1"
+    )
+    try:
+        server.wait_ready()
+        [worker] = server.stats()["workers"]
+        body = {"messages": [{"role": "user", "content": "Go on."}], **LONG, "max_tokens": 900}
+        with httpx.stream(
+            "POST", f"{server.url}/v1/chat/completions", json=body, timeout=60
+        ) as response:
+            lines = response.iter_lines()
+            next(lines)
+            os.kill(worker["pid"], signal.SIGSTOP)  # the stream cannot finish within the drain
+            try:
+                server.process.send_signal(signal.SIGTERM)
+                rest = [line for line in lines if line]
+            finally:
+                os.kill(worker["pid"], signal.SIGCONT)
+        # Not cut off: the stream ended in the protocol's own way.
+        assert rest[-1] == "data: [DONE]"
+        assert json.loads(rest[-2][6:])["error"]["message"] == "the server is shutting down"
         assert server.process.wait(30) == 0
         assert wait_until(lambda: not server.group_alive(), 15)
     finally:
