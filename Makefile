@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint format bench bench-engine bench-grammar serve browser clean
+.PHONY: install test test-fast lint format bench bench-engine bench-grammar soak serve browser clean
 
 install: $(STAMP)
 
@@ -47,6 +47,11 @@ bench-engine: install
 # What structured output costs: W1 at 32 streams, JSON schema vs free, and compile times.
 bench-grammar: install
 	$(BIN)/python -m bench.grammar_bench --out docs/bench/grammar.json
+
+# 200 mixed requests (a fifth cut off by the client) on two workers, one killed midway;
+# fails unless every page, request and slot is free at the end (docs/BENCHMARKS.md).
+soak: install
+	$(BIN)/python -m bench.soak --out docs/bench/soak.json
 
 # Headless Chromium and its driver for the web console's browser tests: Debian's packages,
 # installed when missing (as root, else through sudo); nothing downloads a browser build.
