@@ -33,6 +33,10 @@ from common.validation import (
 MAX_TOP_LOGPROBS = 20
 MAX_LOGIT_BIAS = 100
 MAX_N = 16
+# Every stop string is looked for in each new piece of every choice's text: a bounded number
+# of bounded strings (OpenAI's own API allows 4; Anthropic's stop_sequences had no limit here).
+MAX_STOPS = 16
+MAX_STOP_CHARS = 500
 
 
 def _top_k(value: Any) -> int:
@@ -52,7 +56,12 @@ def _strings(value: Any) -> tuple[str, ...]:
         value = (value,)
     if not isinstance(value, (list, tuple)):
         raise invalid(f"must be a string or an array of strings, got {json_type(value)}")
-    return tuple(check_text(item, non_empty=True, at=str(i)) for i, item in enumerate(value))
+    if len(value) > MAX_STOPS:
+        raise invalid(f"may hold at most {MAX_STOPS} strings, got {len(value)}")
+    return tuple(
+        check_text(item, non_empty=True, at=str(i), max_chars=MAX_STOP_CHARS)
+        for i, item in enumerate(value)
+    )
 
 
 def _token_ids(value: Any) -> tuple[int, ...]:

@@ -139,12 +139,16 @@ def _range_text(low: float | None, high: float | None, low_open: bool) -> str:
     return f"in {'(' if low_open else '['}{low}, {high}]"
 
 
-def check_text(value: Any, *, non_empty: bool = False, at: str = "") -> str:
+def check_text(
+    value: Any, *, non_empty: bool = False, at: str = "", max_chars: int | None = None
+) -> str:
     """A string that encodes as UTF-8 (JSON's "\\ud800" escape decodes to one that does not)."""
     if not isinstance(value, str):
         raise invalid(f"must be a string, got {json_type(value)}", at)
     if non_empty and not value:
         raise invalid("must not be empty", at)
+    if max_chars is not None and len(value) > max_chars:
+        raise invalid(f"must be at most {max_chars} characters long, got {len(value)}", at)
     _check_utf8(value, at)
     return value
 

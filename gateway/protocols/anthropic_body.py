@@ -7,6 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, BeforeValidator, Field, PlainValidator, model_validator
 
 from common.chat import TextContent
+from common.sampling_params import MAX_STOP_CHARS, MAX_STOPS
 from common.validation import (
     MAX_COUNT,
     boolean,
@@ -125,7 +126,9 @@ class MessagesBody(RequestBody):
     temperature: Annotated[float, number(0, 1)] | None = None
     top_p: Annotated[float, number(0, 1, low_open=True)] | None = None
     top_k: Annotated[int, integer(0, None, MAX_COUNT)] | None = None
-    stop_sequences: Annotated[list[str], PlainValidator(string_list())] | None = None
+    stop_sequences: (
+        Annotated[list[str], PlainValidator(string_list(MAX_STOPS, MAX_STOP_CHARS))] | None
+    ) = None
     stream: Bool | None = None
     metadata: JsonObject | None = None
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None

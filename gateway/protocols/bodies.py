@@ -66,8 +66,11 @@ def checked_params(params: dict[str, Any]) -> dict[str, Any]:
         raise GatewayError.invalid(str(exc), exc.param) from None
 
 
-def string_list(max_items: int | None = None) -> Callable[[Any], list[str]]:
-    """A validator of a JSON array of non-empty strings, at most `max_items` long."""
+def string_list(
+    max_items: int | None = None, max_chars: int | None = None
+) -> Callable[[Any], list[str]]:
+    """A validator of a JSON array of non-empty strings, at most `max_items` of at most
+    `max_chars` characters each."""
 
     def check(value: Any) -> list[str]:
         if not isinstance(value, list):
@@ -77,7 +80,7 @@ def string_list(max_items: int | None = None) -> Callable[[Any], list[str]]:
         for i, item in enumerate(value):
             if not isinstance(item, str) or not item:
                 raise invalid("must be a non-empty string", str(i))
-            check_text(item, at=str(i))
+            check_text(item, at=str(i), max_chars=max_chars)
         return list(value)
 
     return check

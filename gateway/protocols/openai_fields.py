@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, PlainValidator
 
-from common.sampling_params import MAX_N
+from common.sampling_params import MAX_N, MAX_STOP_CHARS
 from common.validation import (
     INT64_MAX,
     INT64_MIN,
@@ -23,7 +23,7 @@ from common.validation import (
 from gateway.errors import GatewayError
 from gateway.protocols.bodies import RequestBody, string_list
 
-MAX_STOPS = 4
+MAX_STOPS = 4  # OpenAI's own limit (the engine takes up to 16)
 MAX_LOGIT_BIAS_ENTRIES = 1024
 
 Bool = Annotated[bool, boolean()]
@@ -36,10 +36,10 @@ def _stop(value: Any) -> list[str]:
     if isinstance(value, str):
         if not value:
             raise invalid("must be a non-empty string")
-        return [check_text(value)]
+        return [check_text(value, max_chars=MAX_STOP_CHARS)]
     if not isinstance(value, list):
         raise invalid(f"must be a string or an array of strings, got {json_type(value)}")
-    return string_list(MAX_STOPS)(value)
+    return string_list(MAX_STOPS, MAX_STOP_CHARS)(value)
 
 
 def token_ids(value: Any, at: str = "") -> list[int]:

@@ -72,6 +72,12 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ),
     ({"n": 17}, "n", "n must be in [1, 16], got 17"),
     ({"stop": ["a", ""]}, "stop.1", "stop.1 must not be empty"),
+    ({"stop": ["x"] * 17}, "stop", "stop may hold at most 16 strings, got 17"),
+    (
+        {"stop": ["a", "x" * 501]},
+        "stop.1",
+        "stop.1 must be at most 500 characters long, got 501",
+    ),
     (
         {"stop": ["\ud800"]},
         "stop.0",

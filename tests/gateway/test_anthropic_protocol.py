@@ -194,6 +194,16 @@ BAD_REQUESTS = [
         "stop_sequences.1",
         "stop_sequences.1 must be a non-empty string",
     ),
+    (
+        {**REQUIRED, "stop_sequences": ["x"] * 17},
+        "stop_sequences",
+        "stop_sequences may hold at most 16 strings, got 17",
+    ),
+    (
+        {**REQUIRED, "stop_sequences": ["x" * 1_000_000]},
+        "stop_sequences.0",
+        "stop_sequences.0 must be at most 500 characters long, got 1000000",
+    ),
     ({**REQUIRED, "stream": "true"}, "stream", "stream must be a boolean, got string"),
     ({**REQUIRED, "metadata": []}, "metadata", "metadata must be an object, got array"),
 ]

@@ -280,6 +280,12 @@ BAD_FIELDS = [
     ({"stop": ["a", ""]}, "stop.1", "stop.1 must be a non-empty string"),
     ({"stop": ["a", 1]}, "stop.1", "stop.1 must be a non-empty string"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "stop may hold at most 4 strings, got 5"),
+    ({"stop": "x" * 501}, "stop", "stop must be at most 500 characters long, got 501"),
+    (
+        {"stop": ["a", "x" * 1_000_000]},
+        "stop.1",
+        "stop.1 must be at most 500 characters long, got 1000000",
+    ),
     ({"stream": "yes"}, "stream", "stream must be a boolean, got string"),
     ({"stream": 1}, "stream", "stream must be a boolean, got integer"),
     (
