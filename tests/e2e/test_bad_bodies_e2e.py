@@ -1,0 +1,130 @@
+"""Every field of every request body × hostile values, over HTTP: never a 5xx, every refusal in
+the route's protocol's shape, and nothing left open afterwards.
+
+The fields come from the pydantic request models themselves (top level, and the first
+message's), so a field added to a model is covered without touching this file.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import BaseModel
+
+from gateway.protocols.anthropic_body import Message as AnthropicMessage
+from gateway.protocols.anthropic_body import MessagesBody
+from gateway.protocols.chat_body import ChatBody
+from gateway.protocols.chat_body import Message as ChatMessage
+from gateway.protocols.completions_body import CompletionsBody
+from gateway.protocols.tokenize_body import DetokenizeBody, TokenizeBody
+from tests.conftest import TINY_NAME
+from tests.e2e.harness import Server, wait_until
+
+pytestmark = pytest.mark.slow
+
+USER = {"role": "user", "content": "hi"}
+# (path, body model, a valid body, the model of its messages' items or None, protocol)
+ROUTES: list[tuple[str, type[BaseModel], dict[str, Any], type[BaseModel] | None, str]] = [
+    (
+        "/v1/chat/completions",
+        ChatBody,
+        {"messages": [USER], "max_tokens": 1},
+        ChatMessage,
+        "openai",
+    ),
+    ("/v1/completions", CompletionsBody, {"prompt": "hi", "max_tokens": 1}, None, "openai"),
+    (
+        "/v1/messages",
+        MessagesBody,
+        {"model": TINY_NAME, "max_tokens": 1, "messages": [USER]},
+        AnthropicMessage,
+        "anthropic",
+    ),
+    (
+        "/v1/messages/count_tokens",
+        MessagesBody,
+        {"model": TINY_NAME, "messages": [USER]},
+        AnthropicMessage,
+        "anthropic",
+    ),
+    ("/tokenize", TokenizeBody, {"prompt": "hi"}, None, "openai"),
+    ("/detokenize", DetokenizeBody, {"tokens": [1, 2]}, None, "openai"),
+]
+# Wrong types, out of range, past 64 bits, not finite, lone surrogates, empty, oversized.
+HOSTILE: list[Any] = [
+    "x",
+    12345,
+    -1,
+    2**64,
+    -(2**64),
+    1.5,
+    float("nan"),
+    float("inf"),
+    True,
+    None,
+    "\ud800",
+    "",
+    [],
+    {},
+    ["\ud800"],
+    {"a": "\ud800", "b": 2**64},
+    "x" * 100_000,
+    list(range(10_000)),
+]
+
+
+def json_names(model: type[BaseModel]) -> list[str]:
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def mutations() -> list[tuple[str, str, bytes, str]]:
+    """(route, field path, raw body, protocol) for every field × hostile value."""
+    cases = []
+    for path, model, valid, item_model, protocol in ROUTES:
+        targets: list[tuple[str, ...]] = [(name,) for name in json_names(model)]
+        if item_model is not None:
+            targets += [("messages", "0", name) for name in json_names(item_model)]
+        for target in targets:
+            for value in HOSTILE:
+                body = json.loads(json.dumps(valid))
+                holder = body
+                for key in target[:-1]:
+                    holder = holder[int(key)] if key.isdigit() else holder[key]
+                holder[target[-1]] = value
+                raw = json.dumps(body, allow_nan=True).encode()  # NaN, lone \ud800 escapes
+                cases.append((path, ".".join(target), raw, protocol))
+    return cases
+
+
+def assert_protocol_shape(response: httpx.Response, protocol: str) -> None:
+    body = response.json()
+    if protocol == "anthropic":
+        assert body["type"] == "error" and isinstance(body["error"]["type"], str)
+        assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    else:
+        assert isinstance(body["error"]["type"], str)
+        assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+
+
+def test_no_body_gives_a_5xx_and_nothing_stays_open(tiny_server: Server):
+    cases = mutations()
+    assert len(cases) > 1000  # the models' fields were found
+    statuses: dict[int, int] = {}
+    with httpx.Client(base_url=tiny_server.url, timeout=60) as client:
+        for path, field, raw, protocol in cases:
+            response = client.post(path, content=raw, headers={"content-type": "application/json"})
+            statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+            assert response.status_code < 500, (path, field, raw[:200], response.text[:300])
+            if response.status_code >= 400:
+                assert_protocol_shape(response, protocol)
+    assert statuses.get(400, 0) > len(cases) // 2  # most of them are refused, by name
+
+    def nothing_open() -> bool:
+        stats = tiny_server.stats()
+        pages = sum(w["kv_pages_in_use"] for w in stats["workers"])
+        return (stats["open_requests"], stats["gateway"]["in_flight"], pages) == (0, 0, 0)
+
+    assert wait_until(nothing_open, 15)
