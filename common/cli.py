@@ -33,6 +33,13 @@ def _gateway_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queue-timeout", type=float, default=30.0, metavar="SECONDS")
     parser.add_argument("--drain-timeout", type=float, default=30.0, metavar="SECONDS")
     parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="a client that takes longer to send its request line and headers gets 408",
+    )
+    parser.add_argument(
         "--body-timeout",
         type=float,
         default=30.0,
@@ -144,6 +151,7 @@ def gateway_config(args: argparse.Namespace) -> GatewayConfig:
         max_queued=args.max_queued,
         queue_timeout_s=args.queue_timeout,
         drain_timeout_s=args.drain_timeout,
+        header_timeout_s=args.header_timeout,
         body_timeout_s=args.body_timeout,
         curve_secret_key=args.curve_secret_key,
         curve_authorized_keys=args.curve_authorized_keys,

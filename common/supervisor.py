@@ -102,6 +102,8 @@ def _gateway_argv(args: argparse.Namespace, worker_bind: str) -> list[str]:
         str(args.queue_timeout),
         "--drain-timeout",
         str(args.drain_timeout),
+        "--header-timeout",
+        str(args.header_timeout),
         "--body-timeout",
         str(args.body_timeout),
     ]

@@ -23,6 +23,7 @@ class GatewayConfig:
     max_queued: int = 512  # more requests waiting for a turn; beyond: 429 / 529
     queue_timeout_s: float = 30.0
     drain_timeout_s: float = 30.0  # SIGTERM: how long in-flight streams may take to finish
+    header_timeout_s: float = 10.0  # a request line + headers slower than this: 408, closed
     body_timeout_s: float = 30.0  # a request body slower than this is refused with 408
     curve_secret_key: str | None = None  # the gateway's .key_secret: encrypt worker links
     curve_authorized_keys: str | None = None  # folder of worker .key files allowed in
@@ -47,6 +48,7 @@ class GatewayConfig:
             "accept_timeout_s",
             "queue_timeout_s",
             "drain_timeout_s",
+            "header_timeout_s",
             "body_timeout_s",
         ):
             if getattr(self, name) <= 0:

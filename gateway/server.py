@@ -11,6 +11,7 @@ import uvicorn
 
 from gateway.app import Gateway
 from gateway.config import GatewayConfig
+from gateway.header_timeout import head_deadline_protocol
 
 log = logging.getLogger(__name__)
 # After the drain timeout, how long the cut responses get to write their error event and close.
@@ -56,11 +57,16 @@ class DrainingServer(uvicorn.Server):
 
 def run_gateway(config: GatewayConfig, log_level: str = "info") -> None:
     gateway = Gateway(config)
+    # A head that times out never reaches a route: counted as the "http" protocol's 408.
+    protocol = head_deadline_protocol(
+        config.header_timeout_s, lambda: gateway.metrics.requests.update([("http", 408)])
+    )
     server_config = uvicorn.Config(
         gateway.app(),
         host=config.host,
         port=config.port,
         log_level=log_level,
         timeout_graceful_shutdown=5,
+        http=protocol,
     )
     DrainingServer(server_config, gateway).run()

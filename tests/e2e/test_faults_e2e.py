@@ -228,9 +228,18 @@ def read_until_closed(sock: socket.socket) -> bytes:
     return data
 
 
-def test_slow_bodies_hold_no_admission_slot_and_get_408(tiny_model_dir: Path):
+def test_slow_heads_and_bodies_hold_no_admission_slot_and_get_408(tiny_model_dir: Path):
     cluster = Cluster(
-        tiny_model_dir, 1, "--max-in-flight", "1", "--max-queued", "0", "--body-timeout", "2"
+        tiny_model_dir,
+        1,
+        "--max-in-flight",
+        "1",
+        "--max-queued",
+        "0",
+        "--body-timeout",
+        "2",
+        "--header-timeout",
+        "2",
     )
     head = (
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -238,21 +247,29 @@ def test_slow_bodies_hold_no_admission_slot_and_get_408(tiny_model_dir: Path):
     )
     try:
         cluster.gateway.wait_ready(workers=1)
-        slow = [socket.create_connection(("127.0.0.1", cluster.gateway.port), 20) for _ in range(3)]
+        address = ("127.0.0.1", cluster.gateway.port)
+        slow = [socket.create_connection(address, 20) for _ in range(5)]
         try:
-            for sock in slow:
+            for sock in slow[:3]:
                 sock.sendall(head)  # then nothing more: 99 body bytes never come
+            slow[3].sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHo")  # half a head
+            # (slow[4] sends nothing at all.)
             # The one admission slot is free for a client that sends its body.
             assert chat(cluster.url, "fast").status_code == 200
-            for sock in slow:
+            for sock in slow[:3]:
                 reply = read_until_closed(sock)
                 assert reply.startswith(b"HTTP/1.1 408 ")
                 assert b"the request body took longer than 2 s to arrive" in reply
+            for sock in slow[3:]:
+                reply = read_until_closed(sock)
+                assert reply.startswith(b"HTTP/1.1 408 ")
+                assert b"the request head (request line and headers) took too long" in reply
         finally:
             for sock in slow:
                 sock.close()
         metrics = httpx.get(f"{cluster.url}/metrics").text
         assert 'astrai_requests_total{protocol="openai",status="408"} 3' in metrics
+        assert 'astrai_requests_total{protocol="http",status="408"} 2' in metrics
         assert http_json(f"{cluster.url}/stats")[1]["gateway"]["in_flight"] == 0
     finally:
         cluster.stop()
