@@ -11,7 +11,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.admission import AdmissionControl
@@ -20,6 +20,8 @@ from gateway.config import GatewayConfig
 from gateway.console import console_routes
 from gateway.errors import ErrorKind, GatewayError
 from gateway.handler import ProtocolHandler
+from gateway.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
+from gateway.prometheus import render_prometheus
 from gateway.protocols.anthropic import AnthropicResponseBuilder
 from gateway.protocols.base import ResponseBuilder
 from gateway.protocols.completions import CompletionsResponseBuilder
@@ -27,7 +29,7 @@ from gateway.protocols.openai import OpenAIResponseBuilder
 from gateway.registry import WorkerRegistry
 from gateway.request_ids import RequestIdMiddleware, http_error
 from gateway.router import make_policy
-from gateway.stats import GatewayMetrics, aggregate_stats, render_prometheus
+from gateway.stats import GatewayMetrics, aggregate_stats
 from gateway.tokenize import count_tokens, detokenize, tokenize
 from gateway.workers import WorkerHub
 
@@ -142,7 +144,7 @@ class Gateway:
 
     async def prometheus(self, request: Request) -> Response:
         text = render_prometheus(self.registry, self.metrics, self.hub.drops.counts)
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+        return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
     def app(self) -> Starlette:
         @contextlib.asynccontextmanager

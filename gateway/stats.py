@@ -1,4 +1,4 @@
-"""Gateway statistics: /stats aggregated over workers, and /metrics as Prometheus text."""
+"""Gateway statistics: the gateway's own counters, and /stats aggregated over workers."""
 
 from __future__ import annotations
 
@@ -10,18 +10,6 @@ from typing import Any
 from gateway.registry import WorkerRegistry
 
 SUMMED_STATS = ("total_tasks", "total_tokens", "active_tasks", "waiting_queue")
-WORKER_GAUGES = (
-    "active_tasks",
-    "waiting_queue",
-    "kv_pages_total",
-    "kv_pages_in_use",
-    "kv_pages_cached",
-    "prefix_cache_hit_tokens",
-    "total_tokens",
-    "prefill_tokens",
-    "decode_steps",
-    "preemptions",
-)
 LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -39,17 +27,6 @@ class Histogram:
         self.counts[bisect.bisect_left(self.buckets, value)] += 1
         self.total += value
         self.count += 1
-
-    def render(self, name: str) -> list[str]:
-        lines = []
-        cumulative = 0
-        for bound, count in zip((*self.buckets, float("inf")), self.counts, strict=True):
-            cumulative += count
-            le = "+Inf" if bound == float("inf") else repr(bound)
-            lines.append(f'{name}_bucket{{le="{le}"}} {cumulative}')
-        lines.append(f"{name}_sum {self.total}")
-        lines.append(f"{name}_count {self.count}")
-        return lines
 
 
 @dataclass
@@ -91,43 +68,3 @@ def aggregate_stats(registry: WorkerRegistry) -> dict[str, Any]:
             for w in workers
         ],
     }
-
-
-def render_prometheus(
-    registry: WorkerRegistry, metrics: GatewayMetrics, dropped_frames: Counter[str]
-) -> str:
-    lines = [
-        "# HELP astrai_requests_total HTTP requests by protocol and status.",
-        "# TYPE astrai_requests_total counter",
-    ]
-    for (protocol, status), count in sorted(metrics.requests.items()):
-        lines.append(f'astrai_requests_total{{protocol="{protocol}",status="{status}"}} {count}')
-    lines += [
-        "# HELP astrai_time_to_first_token_seconds Time from request to first token.",
-        "# TYPE astrai_time_to_first_token_seconds histogram",
-        *metrics.ttft_s.render("astrai_time_to_first_token_seconds"),
-        "# HELP astrai_request_latency_seconds Time from request to last byte.",
-        "# TYPE astrai_request_latency_seconds histogram",
-        *metrics.latency_s.render("astrai_request_latency_seconds"),
-        "# HELP astrai_output_tokens_total Tokens sent to clients.",
-        "# TYPE astrai_output_tokens_total counter",
-        f"astrai_output_tokens_total {metrics.output_tokens}",
-        "# HELP astrai_submit_retries_total Requests resubmitted after a worker was lost.",
-        "# TYPE astrai_submit_retries_total counter",
-        f"astrai_submit_retries_total {metrics.retries}",
-        "# HELP astrai_dropped_frames_total Wire frames dropped by reason.",
-        "# TYPE astrai_dropped_frames_total counter",
-    ]
-    for reason, count in sorted(dropped_frames.items()):
-        lines.append(f'astrai_dropped_frames_total{{reason="{reason}"}} {count}')
-    lines += [
-        "# HELP astrai_workers Live workers.",
-        "# TYPE astrai_workers gauge",
-        f"astrai_workers {len(registry)}",
-    ]
-    for key in WORKER_GAUGES:
-        lines.append(f"# TYPE astrai_worker_{key} gauge")
-        for w in sorted(registry.all(), key=lambda w: w.worker_id):
-            labels = f'worker_id="{w.worker_id}",model="{w.model}"'
-            lines.append(f"astrai_worker_{key}{{{labels}}} {int(w.stats.get(key, 0))}")
-    return "\n".join(lines) + "\n"

@@ -268,8 +268,8 @@ def test_slow_heads_and_bodies_hold_no_admission_slot_and_get_408(tiny_model_dir
             for sock in slow:
                 sock.close()
         metrics = httpx.get(f"{cluster.url}/metrics").text
-        assert 'astrai_requests_total{protocol="openai",status="408"} 3' in metrics
-        assert 'astrai_requests_total{protocol="http",status="408"} 2' in metrics
+        assert 'astrai_requests_total{protocol="openai",status="408"} 3.0' in metrics
+        assert 'astrai_requests_total{protocol="http",status="408"} 2.0' in metrics
         assert http_json(f"{cluster.url}/stats")[1]["gateway"]["in_flight"] == 0
     finally:
         cluster.stop()

@@ -18,7 +18,7 @@ def counted(client: TestClient, protocol: str, status: int) -> int:
     text = client.get("/metrics").text
     prefix = f'astrai_requests_total{{protocol="{protocol}",status="{status}"}} '
     lines = [line for line in text.splitlines() if line.startswith(prefix)]
-    return int(lines[0].removeprefix(prefix)) if lines else 0
+    return int(float(lines[0].removeprefix(prefix))) if lines else 0
 
 
 def test_an_unexpected_failure_is_a_counted_500_in_the_protocols_shape():

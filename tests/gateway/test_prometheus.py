@@ -1,0 +1,52 @@
+"""/metrics in Prometheus' format: read back by its parser, counters as `_total`, labels escaped."""
+
+from collections import Counter
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from common.schemas import Heartbeat, Register
+from gateway.prometheus import render_prometheus
+from gateway.registry import WorkerRegistry
+from gateway.stats import GatewayMetrics
+
+ODD_ID = 'w"1\\\nx'  # a quote, a backslash and a newline: each must be escaped
+
+
+def families(text: bytes) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text.decode())}
+
+
+def registry_with_a_worker() -> WorkerRegistry:
+    registry = WorkerRegistry()
+    registry.register(b"id", Register(ODD_ID, "inc", "m", 1024, 8, 100, 16, 1, "host"), 0.0)
+    stats = {"total_tokens": 42, "decode_steps": 7, "kv_pages_in_use": 3, "kv_pages_free": 97}
+    assert registry.heartbeat(Heartbeat(ODD_ID, "inc", 0, 1, 97, 100, 5, stats), 0.0)
+    return registry
+
+
+def test_exposition_parses_with_counters_gauges_and_histograms_typed():
+    metrics = GatewayMetrics()
+    metrics.observe("openai", 200, 0.3, 0.05, 10)
+    metrics.observe("anthropic", 529, 0.0, None, 0)
+    parsed = families(render_prometheus(registry_with_a_worker(), metrics, Counter(bad=2)))
+    # The parser names counters without `_total`; their samples carry it.
+    assert parsed["astrai_requests"].type == "counter"
+    samples = {
+        (s.labels["protocol"], s.labels["status"]): s.value
+        for s in parsed["astrai_requests"].samples
+    }
+    assert samples == {("openai", "200"): 1, ("anthropic", "529"): 1}
+    assert all(s.name == "astrai_requests_total" for s in parsed["astrai_requests"].samples)
+    assert parsed["astrai_time_to_first_token_seconds"].type == "histogram"
+    assert parsed["astrai_worker_tokens"].type == "counter"  # cumulative: not a gauge
+    assert parsed["astrai_worker_kv_pages_in_use"].type == "gauge"
+    assert parsed["astrai_dropped_frames"].samples[0].value == 2
+
+
+def test_label_values_are_escaped_and_read_back_intact():
+    parsed = families(render_prometheus(registry_with_a_worker(), GatewayMetrics(), Counter()))
+    [tokens] = parsed["astrai_worker_tokens"].samples
+    assert tokens.labels == {"worker_id": ODD_ID, "model": "m"}
+    assert tokens.value == 42
+    [steps] = parsed["astrai_worker_decode_steps"].samples
+    assert steps.name == "astrai_worker_decode_steps_total" and steps.value == 7
