@@ -21,8 +21,13 @@ def pages_and_tasks(server: Server) -> tuple[int, int]:
     return worker["kv_pages_in_use"], worker["active_tasks"]
 
 
+def generated(server: Server) -> int:
+    return server.stats()["total_tokens"]
+
+
 def test_stream_disconnect_frees_pages(tiny_server: Server):
-    body = {"messages": [{"role": "user", "content": "Go on."}], **LONG}
+    body = {"messages": [{"role": "user", "content": "Go on."}], **LONG, "max_tokens": 900}
+    before = generated(tiny_server)
     with httpx.stream(
         "POST", f"{tiny_server.url}/v1/chat/completions", json=body, timeout=60
     ) as response:
@@ -32,15 +37,20 @@ def test_stream_disconnect_frees_pages(tiny_server: Server):
         assert wait_until(lambda: pages_and_tasks(tiny_server)[0] > 0, 10)
     # The client closed the connection mid-stream.
     assert wait_until(lambda: pages_and_tasks(tiny_server) == (0, 0), 15)
+    # Aborted, not run to its end (EOS is ignored: only an abort ends it early).
+    assert generated(tiny_server) - before < 900
 
 
 def test_anthropic_stream_disconnect_frees_pages(tiny_server: Server):
     body = {"model": TINY_NAME, "messages": [{"role": "user", "content": "Go."}], **LONG}
+    body["max_tokens"] = 900
+    before = generated(tiny_server)
     with httpx.stream("POST", f"{tiny_server.url}/v1/messages", json=body, timeout=60) as r:
         lines = r.iter_lines()
         for _ in range(6):
             next(lines)
     assert wait_until(lambda: pages_and_tasks(tiny_server) == (0, 0), 15)
+    assert generated(tiny_server) - before < 900
 
 
 def test_non_stream_disconnect_frees_pages(tiny_server: Server):
