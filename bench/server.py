@@ -8,14 +8,45 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import ClassVar
 
 from common.supervisor import free_loopback_port
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+class ProcessLog:
+    """A child's stdout and stderr in a file rather than thrown away, so that a failing test
+    can show what its servers said (tests/conftest.py prints the tails)."""
+
+    started: ClassVar[list[ProcessLog]] = []
+    folder = Path(tempfile.gettempdir()) / "astrai-logs"
+
+    def __init__(self, name: str) -> None:
+        self.folder.mkdir(exist_ok=True)
+        fd, path = tempfile.mkstemp(prefix=f"{name}-", suffix=".log", dir=self.folder)
+        self.name, self.path = name, Path(path)
+        self.file = os.fdopen(fd, "wb")
+        ProcessLog.started.append(self)
+
+    def tail(self, lines: int = 60) -> str:
+        text = self.path.read_text(errors="replace") if self.path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def close(self) -> None:
+        self.file.close()
+
+    @classmethod
+    def remove_all(cls) -> None:
+        for log in cls.started:
+            log.close()
+            log.path.unlink(missing_ok=True)
+        cls.started.clear()
 
 
 def http_json(url: str, timeout: float = 5.0) -> tuple[int, dict]:
@@ -51,9 +82,9 @@ class Server:
                 argv += ["--device", device]
         else:
             argv += ["--worker-bind", self.worker_bind]
-        self.log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
+        self.log = ProcessLog(command)
         self.process = subprocess.Popen(
-            argv, cwd=REPO, start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT
+            argv, cwd=REPO, start_new_session=True, stdout=self.log.file, stderr=subprocess.STDOUT
         )
 
     def wait_ready(self, timeout_s: float = 180.0, workers: int | None = None) -> Server:
@@ -103,9 +134,9 @@ class LlamaServer:
         self.url = f"http://127.0.0.1:{self.port}"
         argv = [str(binary), "-m", str(model), *self.ARGS]
         argv += ["--host", "127.0.0.1", "--port", str(self.port)]
-        self.log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
+        self.log = ProcessLog("llama-server")
         self.process = subprocess.Popen(
-            argv, start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT
+            argv, start_new_session=True, stdout=self.log.file, stderr=subprocess.STDOUT
         )
 
     def wait_ready(self, timeout_s: float = 120.0) -> LlamaServer:
@@ -146,9 +177,9 @@ class WorkerProcess:
         device = os.environ.get("ASTRAI_TEST_DEVICE")
         if device and "--device" not in args:
             argv += ["--device", device]
-        self.log = open(os.devnull, "wb")  # noqa: SIM115 - closed in stop()
+        self.log = ProcessLog(f"worker-{worker_id}")
         self.process = subprocess.Popen(
-            argv, cwd=REPO, start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT
+            argv, cwd=REPO, start_new_session=True, stdout=self.log.file, stderr=subprocess.STDOUT
         )
 
     def signal(self, sig: int) -> None:

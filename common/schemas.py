@@ -126,6 +126,9 @@ class GatewayBeat(Message):
 
     tag: ClassVar[str] = "gateway_beat"
     incarnation: str
+    # Whether the heartbeat's sender is registered, in that incarnation: False after the
+    # gateway dropped a worker that then came back (stopped, frozen) without registering.
+    registered: bool = True
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ class ProtocolHandler:
         except GatewayError as error:
             return self.refuse(error)
         except ClientDisconnect:
-            return Response(status_code=499)
+            return self.client_gone()
         try:
             await self.admission.acquire()
         except GatewayError as error:
@@ -109,7 +109,7 @@ class ProtocolHandler:
             except GatewayError as error:
                 return self.refuse(error)
             except ClientDisconnect:
-                return Response(status_code=499)
+                return self.client_gone()
             state = StreamState(
                 request_id=request_id,
                 model=model,
@@ -143,6 +143,11 @@ class ProtocolHandler:
     async def read_body(self, request: Request) -> Any:
         """The JSON body, within the configured size and time."""
         return await read_json(request, self.config.max_body_bytes, self.config.body_timeout_s)
+
+    def client_gone(self) -> Response:
+        """The client left before its answer (nginx's 499), counted like any answer."""
+        self.metrics.observe(self.builder.name, 499, 0.0, None, 0)
+        return Response(status_code=499)
 
     def refuse(self, error: GatewayError) -> JSONResponse:
         """The error answered in the protocol's shape, and counted."""
@@ -228,14 +233,14 @@ class ProtocolHandler:
     async def respond(
         self, request: Request, state: StreamState, started: Started, started_at: float
     ) -> Response:
-        collect = asyncio.ensure_future(self._collect(state, started))
+        collect = asyncio.ensure_future(self._collect(state, started, started_at))
         disconnect = asyncio.ensure_future(wait_disconnect(request))
         try:
             done, _ = await asyncio.wait({collect, disconnect}, return_when=asyncio.FIRST_COMPLETED)
             if collect not in done:  # the client left: free the worker's pages now
                 collect.cancel()
                 self._abort_soon(started)
-                return Response(status_code=499)
+                return self.client_gone()
             result, ttft = collect.result()
         except GatewayError as error:
             self._abort_soon(started)
@@ -250,8 +255,10 @@ class ProtocolHandler:
         return JSONResponse(self.builder.format_response(result))
 
     async def _collect(
-        self, state: StreamState, started: Started
+        self, state: StreamState, started: Started, started_at: float
     ) -> tuple[ChatResult, float | None]:
+        """The events folded into one result, and the time to first token measured from the
+        request's arrival, as for a stream (one definition in the histogram)."""
         n = state.request.num_choices
         choices = [ChoiceResult(index=i) for i in range(n)]
         result = ChatResult(
@@ -261,7 +268,6 @@ class ProtocolHandler:
             choices=choices,
             prompt_tokens=state.prompt_tokens,
         )
-        begun = time.monotonic()
         ttft: float | None = None
         remaining = n
         while remaining:
@@ -270,7 +276,7 @@ class ProtocolHandler:
                 raise GatewayError(ErrorKind.UNAVAILABLE, message.detail)
             if isinstance(message, Tokens) and 0 <= message.index < n:
                 if ttft is None and message.token_ids:  # an echoed prompt is no first token
-                    ttft = time.monotonic() - begun
+                    ttft = time.monotonic() - started_at
                 choice = choices[message.index]
                 choice.text += message.text
                 choice.logprobs.extend(logprobs_of(message))

@@ -20,8 +20,11 @@ from gateway.stats import GatewayMetrics, Histogram
 
 # A worker's cumulative figures (stats key → counter name without `_total`) and its gauges.
 WORKER_COUNTERS = {
-    "total_tasks": ("astrai_worker_tasks", "Requests (choices) a worker was given."),
-    "finished_tasks": ("astrai_worker_finished_tasks", "Choices a worker finished."),
+    "total_tasks": ("astrai_worker_tasks", "Requests a worker was given."),
+    "finished_tasks": (
+        "astrai_worker_finished_tasks",
+        "Choices a worker finished at a stop or their length (not aborted or failed).",
+    ),
     "total_tokens": ("astrai_worker_tokens", "Tokens a worker generated."),
     "prefill_tokens": ("astrai_worker_prefill_tokens", "Prompt tokens a worker computed."),
     "prefix_cache_hit_tokens": (

@@ -9,7 +9,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from common.schemas import Rejected, Tokenize, Tokenized
-from gateway.body import read_json
 from gateway.errors import ErrorKind, GatewayError
 from gateway.handler import ProtocolHandler
 from gateway.messages import rejection_error
@@ -19,7 +18,7 @@ from gateway.workers import WorkerLost
 
 async def count_tokens(handler: ProtocolHandler, request: Request) -> Response:
     """POST /v1/messages/count_tokens: {"input_tokens": n} for a Messages request body."""
-    body = await read_json(request, handler.config.max_body_bytes)
+    body = await handler.read_body(request)
     if isinstance(body, dict):  # count_tokens takes no max_tokens; the model needs one
         body = {"max_tokens": 1, **body}
     chat = handler.builder.parse(body)
@@ -32,7 +31,7 @@ async def count_tokens(handler: ProtocolHandler, request: Request) -> Response:
 async def tokenize(handler: ProtocolHandler, request: Request) -> Response:
     """POST /tokenize: {"prompt": str} or a chat body with "messages" (and tools) →
     {"count", "max_model_len", "tokens"}."""
-    body = await read_json(request, handler.config.max_body_bytes)
+    body = await handler.read_body(request)
     if isinstance(body, dict) and "messages" in body:
         chat = handler.builder.parse(body)
         model = handler.resolve_model(chat.model)
@@ -50,7 +49,7 @@ async def tokenize(handler: ProtocolHandler, request: Request) -> Response:
 
 async def detokenize(handler: ProtocolHandler, request: Request) -> Response:
     """POST /detokenize: {"tokens": [ids]} → {"prompt": text}."""
-    body = DetokenizeBody.parse(await read_json(request, handler.config.max_body_bytes))
+    body = DetokenizeBody.parse(await handler.read_body(request))
     model = handler.resolve_model(body.model)
     message = Tokenize(_request_id(), {}, token_ids=body.tokens)
     reply = await ask_worker(handler, model, message)

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import zmq
@@ -20,6 +21,7 @@ from common.wire import DEFAULT_MAX_FRAME_BYTES, MAX_FRAMES_PER_MESSAGE, DropCou
 from gateway.registry import WorkerRegistry, WorkerState
 
 log = logging.getLogger(__name__)
+RECENTLY_CLOSED = 4096  # request ids remembered after their channel closed
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,9 @@ class WorkerHub:
         self.incarnation = uuid.uuid4().hex  # workers notice when the gateway restarts
         self.on_worker_gone: list = []  # callables(worker_id), e.g. the routing policy's forget
         self._channels: dict[str, RequestChannel] = {}
+        # Requests closed lately: their workers' last messages (the Finished of an abort)
+        # still arrive, and are expected, not orphans.
+        self._closed: OrderedDict[str, None] = OrderedDict()
         self._context: zmq.asyncio.Context | None = None
         self._socket: zmq.asyncio.Socket | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -116,7 +121,10 @@ class WorkerHub:
         return channel
 
     def close(self, channel: RequestChannel) -> None:
-        self._channels.pop(channel.request_id, None)
+        if self._channels.pop(channel.request_id, None) is not None:
+            self._closed[channel.request_id] = None
+            if len(self._closed) > RECENTLY_CLOSED:
+                self._closed.popitem(last=False)
         worker = self.registry.get(channel.worker_id)
         if worker is not None:
             worker.in_flight.discard(channel.request_id)
@@ -176,16 +184,20 @@ class WorkerHub:
                 self._fail_requests_of(replaced.worker_id, "the worker restarted")
             return
         if isinstance(message, Heartbeat):
-            if not self.registry.heartbeat(message, now):
+            known = self.registry.heartbeat(message, now)
+            if not known:
                 self.drops.counts["stale_heartbeat"] += 1
-            # Answer every heartbeat, known sender or not: it tells a worker we are here.
-            self._reply(identity, GatewayBeat(self.incarnation))
+            # Answer every heartbeat, known sender or not: it tells a worker we are here, and
+            # whether we still have it.
+            self._reply(identity, GatewayBeat(self.incarnation, registered=known))
             return
         request_id = getattr(message, "request_id", None)
         channel = self._channels.get(request_id) if isinstance(request_id, str) else None
         worker = self.registry.get(channel.worker_id) if channel is not None else None
         # Only the worker the request was sent to, in its current incarnation, may answer it.
         if channel is None or worker is None or worker.identity != identity:
+            if channel is None and request_id in self._closed:
+                return  # what an aborted request's worker still had to say
             self.drops.counts["orphan"] += 1
             return
         channel.queue.put_nowait(message)

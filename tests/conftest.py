@@ -1,10 +1,13 @@
-"""Shared fixtures: the default model folder, a tiny random model folder, a real tiny server."""
+"""Shared fixtures: the default model folder, a tiny random model folder, a real tiny server;
+and the logs of the servers a failing test used, printed with its report."""
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from bench.server import ProcessLog
 from tests.e2e.harness import Server, build_tiny_model
 from worker.model.loader import resolve_model_dir
 
@@ -34,3 +37,29 @@ def tiny_server(tiny_model_dir: Path) -> Iterator[Server]:
     finally:
         server.stop()
         assert not server.group_alive(), "astrai serve left processes behind"
+
+
+STARTED_AT = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[STARTED_AT] = time.time()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report ends with the tails of the server logs written while it ran."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or report.when not in ("setup", "call"):
+        return
+    since = item.stash.get(STARTED_AT, 0.0) - 1
+    for log in ProcessLog.started:
+        if log.path.exists() and log.path.stat().st_mtime >= since:
+            report.sections.append((f"log of {log.name} ({log.path})", log.tail()))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if exitstatus == 0:  # kept for a look after a failure
+        ProcessLog.remove_all()

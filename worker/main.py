@@ -155,18 +155,9 @@ class WorkerServer:
                     if self.engine.is_idle() or now > drain_deadline:
                         log.info("worker %s drained", self.config.worker_id)
                         return
-                # Checked before any beat goes out: a worker resumed after a stop (SIGSTOP, a
-                # frozen VM) must not speak for the requests the gateway has since given up.
-                if self.connected and now - self._last_gateway_beat > self.config.gateway_timeout_s:
-                    log.warning(
-                        "gateway silent for %.1f s; aborting its requests",
-                        now - self._last_gateway_beat,
-                    )
-                    self.connected = False
-                    self.engine.abort_all()
-                    # The gateway may have dropped us: come back as a new incarnation, so it
-                    # can tell us from the one whose requests it failed.
-                    self.incarnation = uuid.uuid4().hex
+                silent_s = now - self._last_gateway_beat
+                if self.connected and silent_s > self.config.gateway_timeout_s:
+                    self._forget_gateway(f"gateway silent for {silent_s:.1f} s")
                 if now >= next_beat:
                     periodic = beats % self.config.register_every == 0
                     if not self.connected or self._register_now or periodic:
@@ -184,6 +175,15 @@ class WorkerServer:
         finally:
             dealer.close()
             events.close()
+
+    def _forget_gateway(self, why: str) -> None:
+        """Abort every request and come back as a new incarnation: the gateway may have
+        dropped us meanwhile and failed those requests, and must tell us from that worker."""
+        log.warning("%s; aborting its requests and registering anew", why)
+        self.connected = False
+        self.engine.abort_all()
+        self.incarnation = uuid.uuid4().hex
+        self._register_now = True
 
     def _forward(self, events: zmq.Socket, dealer: zmq.Socket) -> None:
         """Every event waiting goes out in one multipart message: a decode step's tokens
@@ -224,6 +224,10 @@ class WorkerServer:
             log.warning("the gateway restarted; aborting the old gateway's requests")
             self.engine.abort_all()
             self._register_now = True
+        elif not message.registered and self.connected and not self._register_now:
+            # The same gateway dropped us (we were stopped, or frozen, past its heartbeat
+            # timeout) and failed our requests: nobody reads them any more.
+            self._forget_gateway("the gateway had dropped this worker")
         self.gateway_incarnation = message.incarnation
         self._last_gateway_beat = time.monotonic()
         self.connected = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from common.sampling_params import SamplingParams
@@ -9,6 +10,9 @@ from common.schemas import Accepted, Message, Rejected, Submit, Tokenize, Tokeni
 from worker.engine import InferenceEngine
 from worker.errors import RequestError
 from worker.sequence import EventSink
+
+log = logging.getLogger(__name__)
+INTERNAL = "the worker failed to take this request (see the worker's log)"
 
 
 def submit(engine: InferenceEngine, message: Submit, sink: EventSink) -> list[Message]:
@@ -26,6 +30,9 @@ def submit(engine: InferenceEngine, message: Submit, sink: EventSink) -> list[Me
             _, prompt_tokens = engine.submit(prompt, params, sink, request_id, chat)
     except (TypeError, ValueError) as exc:
         return [_refusal(request_id, exc)]
+    except Exception:  # a bug, or a chat template that cannot take it: this request fails alone
+        log.exception("request %s could not be queued", request_id)
+        return [Rejected(request_id, "internal", INTERNAL)]
     replies: list[Message] = [Accepted(request_id, prompt_tokens)]
     if message.echo and message.prompts is not None:
         for p, (prompt, ids) in enumerate(zip(message.prompts, prompt_ids, strict=True)):
@@ -48,6 +55,9 @@ def tokenize(engine: InferenceEngine, message: Tokenize) -> Tokenized | Rejected
         ids = engine.tokenize(prompt, params, chat=chat)
     except (TypeError, ValueError) as exc:
         return _refusal(message.request_id, exc)
+    except Exception:
+        log.exception("request %s could not be tokenized", message.request_id)
+        return Rejected(message.request_id, "internal", INTERNAL)
     return Tokenized(message.request_id, ids, max_context=engine.max_model_len)
 
 

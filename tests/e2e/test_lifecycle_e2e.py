@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import httpx
@@ -28,6 +29,7 @@ def generated(server: Server) -> int:
 def test_stream_disconnect_frees_pages(tiny_server: Server):
     body = {"messages": [{"role": "user", "content": "Go on."}], **LONG, "max_tokens": 900}
     before = generated(tiny_server)
+    orphans = tiny_server.stats()["dropped_frames"].get("orphan", 0)
     with httpx.stream(
         "POST", f"{tiny_server.url}/v1/chat/completions", json=body, timeout=60
     ) as response:
@@ -39,6 +41,9 @@ def test_stream_disconnect_frees_pages(tiny_server: Server):
     assert wait_until(lambda: pages_and_tasks(tiny_server) == (0, 0), 15)
     # Aborted, not run to its end (EOS is ignored: only an abort ends it early).
     assert generated(tiny_server) - before < 900
+    # The worker's last word on the aborted request is expected, not a dropped frame.
+    time.sleep(0.5)
+    assert tiny_server.stats()["dropped_frames"].get("orphan", 0) == orphans
 
 
 def test_anthropic_stream_disconnect_frees_pages(tiny_server: Server):

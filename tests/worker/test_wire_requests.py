@@ -55,3 +55,13 @@ def test_refusals_keep_the_code_and_parameter():
     assert wire_requests.submit(FakeEngine(), unknown, sink) == [
         Rejected("r", "invalid_request", "unknown sampling parameter 'best_of'", "best_of")
     ]
+
+
+def test_an_unexpected_failure_rejects_that_request_and_the_worker_goes_on():
+    class BrokenEngine(FakeEngine):
+        def submit_prompts(self, prompts, params, sink, request_id):
+            raise KeyError("a bug in a chat template")
+
+    [reply] = wire_requests.submit(BrokenEngine(), Submit("r", {}, prompts=["x"]), sink)
+    assert reply == Rejected("r", "internal", wire_requests.INTERNAL)
+    assert "a bug" not in reply.message  # the details stay in the worker's log
