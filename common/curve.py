@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import zmq
 import zmq.auth
@@ -28,7 +29,7 @@ def load_pair(path: str | Path) -> tuple[bytes, bytes]:
     return public, secret
 
 
-def make_server(socket: zmq.Socket, secret_file: str | Path) -> None:
+def make_server(socket: zmq.Socket[Any], secret_file: str | Path) -> None:
     """The gateway's ROUTER: encrypts, and only completes handshakes with CURVE clients."""
     public, secret = load_pair(secret_file)
     socket.curve_publickey = public
@@ -37,7 +38,7 @@ def make_server(socket: zmq.Socket, secret_file: str | Path) -> None:
 
 
 def make_client(
-    socket: zmq.Socket, server_public_file: str | Path, secret_file: str | Path | None
+    socket: zmq.Socket[Any], server_public_file: str | Path, secret_file: str | Path | None
 ) -> None:
     """A worker's DEALER: talks only to the gateway holding the server key's secret half."""
     if secret_file is None:

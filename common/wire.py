@@ -34,7 +34,8 @@ def encode(message: Message) -> bytes:
     body = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
     body[TAG_KEY] = message.tag
     body[VERSION_KEY] = PROTOCOL_VERSION
-    return msgpack.packb(body, use_bin_type=True)
+    packed: bytes = msgpack.packb(body, use_bin_type=True)
+    return packed
 
 
 def decode(frame: bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Message:
@@ -52,7 +53,7 @@ def decode(frame: bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Message:
     if cls is None:
         raise WireError("unknown", f"message type {body.get(TAG_KEY)!r}")
     values: dict[str, Any] = {}
-    for name, (hint, required) in _fields(cls).items():
+    for name, (hint, required) in _fields(cls).items():  # type: ignore[arg-type]
         if name not in body:
             if required:
                 raise WireError("malformed", f"{cls.tag} lacks {name!r}")

@@ -12,7 +12,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from gateway.admission import AdmissionControl
 from gateway.auth import check_api_key
@@ -156,7 +156,7 @@ class Gateway:
             finally:
                 await self.hub.stop()
 
-        routes = [
+        routes: list[BaseRoute] = [
             Route("/v1/chat/completions", self._protected(self.openai), methods=["POST"]),
             Route("/v1/completions", self._protected(self.completions), methods=["POST"]),
             Route("/v1/messages", self._protected(self.anthropic), methods=["POST"]),

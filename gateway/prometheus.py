@@ -102,10 +102,10 @@ class _Snapshot(Collector):
                 family.add_metric([w.worker_id, w.model], w.stats.get(key, 0))
             yield family
         for key, documentation in WORKER_GAUGES.items():
-            family = GaugeMetricFamily(f"astrai_worker_{key}", documentation, labels=labels)
+            gauge = GaugeMetricFamily(f"astrai_worker_{key}", documentation, labels=labels)
             for w in workers:
-                family.add_metric([w.worker_id, w.model], w.stats.get(key, 0))
-            yield family
+                gauge.add_metric([w.worker_id, w.model], w.stats.get(key, 0))
+            yield gauge
 
 
 def _histogram(name: str, documentation: str, histogram: Histogram) -> HistogramMetricFamily:

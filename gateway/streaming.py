@@ -86,9 +86,9 @@ class ActiveStream:
                 if pieces:
                     yield "".join(pieces)
             elif isinstance(message, Finished) and 0 <= message.index < n:
-                error = finish_error(message)
-                if error is not None:
-                    yield self._fail(error, 500)
+                failure = finish_error(message)
+                if failure is not None:
+                    yield self._fail(failure, 500)
                     return
                 if message.index % state.request.n == 0:  # once per prompt: its first choice
                     state.cached_tokens += message.cached_tokens

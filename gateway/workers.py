@@ -8,7 +8,9 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import zmq
 import zmq.asyncio
@@ -70,7 +72,8 @@ class WorkerHub:
         self.max_frame_bytes = max_frame_bytes
         self.drops = DropCounter()
         self.incarnation = uuid.uuid4().hex  # workers notice when the gateway restarts
-        self.on_worker_gone: list = []  # callables(worker_id), e.g. the routing policy's forget
+        # Called with the id of a worker that is gone, e.g. the routing policy's forget.
+        self.on_worker_gone: list[Callable[[str], None]] = []
         self._channels: dict[str, RequestChannel] = {}
         # Requests closed lately: their workers' last messages (the Finished of an abort)
         # still arrive, and are expected, not orphans.
@@ -142,7 +145,7 @@ class WorkerHub:
     def _reply(self, identity: bytes, message: Message) -> None:
         """Send without blocking the receive loop; an unroutable peer is ignored."""
         assert self._socket is not None
-        future = self._socket.send_multipart([identity, encode(message)])
+        future = asyncio.ensure_future(self._socket.send_multipart([identity, encode(message)]))
         future.add_done_callback(_retrieve_exception)
 
     @property
@@ -217,7 +220,7 @@ class WorkerHub:
             callback(worker_id)
 
 
-def _retrieve_exception(future: asyncio.Future[object]) -> None:
+def _retrieve_exception(future: asyncio.Future[Any]) -> None:
     """Mark a fire-and-forget send's failure as seen (the peer is gone; nothing to do)."""
     if not future.cancelled():
         future.exception()

@@ -78,7 +78,7 @@ class AnthropicResponseBuilder(ResponseBuilder):
         }
 
     def stream_start(self, state: StreamState) -> list[str]:
-        message = {
+        message: dict[str, Any] = {
             "id": state.request_id,
             "type": "message",
             "role": "assistant",

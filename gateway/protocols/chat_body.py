@@ -63,8 +63,10 @@ class Tool(BaseModel):
 def _tool_choice(value: Any) -> str | dict[str, str] | None:
     """ "none" | "auto" | "required" | {"type": "function", "function": {"name": …}}, as the
     worker's "none" | "auto" | "required" | {"name": …}."""
-    if value is None or value in ("none", "auto", "required"):
-        return value
+    if value is None:
+        return None
+    if value in ("none", "auto", "required"):
+        return str(value)
     if isinstance(value, dict) and value.get("type") == "function":
         function = value.get("function")
         if isinstance(function, dict) and isinstance(function.get("name"), str):
