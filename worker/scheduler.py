@@ -125,7 +125,7 @@ class InferenceScheduler:
 
     def _notify_step_end(self) -> None:
         for listener in list(self.step_end_listeners):
-            _call_safely("a step-end listener", listener)
+            _call_safely("step-end listener", listener, listener)
 
     @torch.inference_mode()
     def step(self) -> None:
@@ -274,7 +274,7 @@ class InferenceScheduler:
         self._emit(seq, event)
 
     def _emit(self, seq: Sequence, event: TokenEvent) -> None:
-        _call_safely(f"the event sink of request {seq.request_id}", seq.sink, event)
+        _call_safely("event sink of request", seq.request_id, seq.sink, event)
 
     def _fail_all(self, exc: BaseException) -> None:
         with self._lock:
@@ -290,9 +290,9 @@ class InferenceScheduler:
             self._finish(seq, FinishReason.ERROR, error=str(exc) or type(exc).__name__)
 
 
-def _call_safely(what: str, function: Callable[..., object], *args: object) -> None:
-    """A consumer's failure is its own, never the loop's."""
+def _call_safely(what: str, which: object, function: Callable[..., object], *args: object) -> None:
+    """A consumer's failure is its own, never the loop's (its message is only built then)."""
     try:
         function(*args)
     except Exception:
-        log.exception("%s failed", what)
+        log.exception("%s %s failed", what, which)
