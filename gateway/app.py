@@ -29,6 +29,7 @@ from gateway.protocols.openai import OpenAIResponseBuilder
 from gateway.registry import WorkerRegistry
 from gateway.request_ids import RequestIdMiddleware, http_error
 from gateway.router import make_policy
+from gateway.services import RequestServices
 from gateway.stats import GatewayMetrics, aggregate_stats
 from gateway.tokenize import count_tokens, detokenize, tokenize
 from gateway.workers import WorkerHub
@@ -60,6 +61,9 @@ class Gateway:
         self.admission = AdmissionControl(
             config.max_in_flight, config.max_queued, config.queue_timeout_s
         )
+        self.services = RequestServices(
+            self.hub, self.registry, self.policy, self.metrics, config, self.admission
+        )
         self.draining = False
         self.started_at = time.time()
         self.openai = self._handler(OpenAIResponseBuilder())
@@ -67,16 +71,7 @@ class Gateway:
         self.completions = self._handler(CompletionsResponseBuilder())
 
     def _handler(self, builder: ResponseBuilder) -> ProtocolHandler:
-        return ProtocolHandler(
-            builder,
-            self.hub,
-            self.registry,
-            self.policy,
-            self.metrics,
-            self.config,
-            self.admission,
-            lambda: self.draining,
-        )
+        return ProtocolHandler(builder, self.services, lambda: self.draining)
 
     def begin_drain(self) -> None:
         """Readiness fails and new requests get 503 from now on; running ones go on."""

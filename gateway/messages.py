@@ -1,23 +1,10 @@
-"""What a worker said about a request, in the gateway's terms: results, errors, a handle."""
+"""What a worker said about a request, in the gateway's terms: logprobs, tool calls, errors."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from common.schemas import Accepted, Finished, Rejected, Tokens
+from common.schemas import Finished, Rejected, Tokens
 from gateway.errors import ErrorKind, GatewayError
 from gateway.protocols.base import TokenLogprob, ToolCallPart
-from gateway.registry import WorkerState
-from gateway.workers import RequestChannel
-
-
-@dataclass
-class Started:
-    """A request some worker accepted."""
-
-    channel: RequestChannel
-    worker: WorkerState
-    accepted: Accepted
 
 
 def logprobs_of(message: Tokens) -> list[TokenLogprob]:

@@ -1,20 +1,18 @@
-"""SSE responses: one streamed request from the worker's messages to the client, cleaned up."""
+"""SSE answers: a request's events rendered by its protocol's builder, released however they end."""
 
 from __future__ import annotations
 
-import time
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.responses import StreamingResponse
 
-from common.schemas import Finished, Tokens
-from gateway.admission import AdmissionControl
-from gateway.errors import ErrorKind, GatewayError
-from gateway.messages import Started, finish_error, logprobs_of, tool_call_parts
-from gateway.protocols.base import ChoiceResult, ResponseBuilder, StreamState
-from gateway.stats import GatewayMetrics
-from gateway.workers import WorkerHub, WorkerLost
+from gateway.protocols.base import ResponseBuilder, StreamState
+from gateway.request_events import ChoiceEnd, Failed
+from gateway.request_lifecycle import RequestLifecycle
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 class ClosingStreamingResponse(StreamingResponse):
@@ -35,90 +33,40 @@ class ClosingStreamingResponse(StreamingResponse):
             self._on_close()
 
 
-class ActiveStream:
-    """One SSE response in progress: turns worker messages into the builder's events."""
+class SseAnswer:
+    """One streamed answer: the lifecycle's events in the builder's SSE events, then its
+    release, once, as the response closes (whether or not the body ran to its end)."""
 
-    def __init__(
-        self,
-        builder: ResponseBuilder,
-        hub: WorkerHub,
-        admission: AdmissionControl,
-        metrics: GatewayMetrics,
-        state: StreamState,
-        started: Started,
-        started_at: float,
-        abort: Callable[[Started], None],
-    ) -> None:
+    def __init__(self, builder: ResponseBuilder, lifecycle: RequestLifecycle, state: StreamState):
         self.builder = builder
-        self.hub = hub
-        self.admission = admission
-        self.metrics = metrics
-        self.abort = abort
+        self.lifecycle = lifecycle
         self.state = state
-        self.started = started
-        self.started_at = started_at
-        self.ttft: float | None = None
-        self.ended = False
-        self.status = 200
-        self._closed = False
+        self.status = 499  # until the events end: the client went away mid-stream
 
-    async def events(self) -> AsyncIterator[str]:
+    def response(self) -> ClosingStreamingResponse:
+        return ClosingStreamingResponse(
+            self.body(), on_close=self.close, media_type="text/event-stream", headers=SSE_HEADERS
+        )
+
+    async def body(self) -> AsyncIterator[str]:
         builder, state = self.builder, self.state
-        n = state.request.num_choices
         yield "".join(builder.stream_start(state))
-        remaining = n
-        while remaining:
-            message = await self.started.channel.get()
-            if isinstance(message, WorkerLost):
-                error = GatewayError(ErrorKind.UNAVAILABLE, message.detail)
-                yield self._fail(error, 503)
-                return
-            if isinstance(message, Tokens) and 0 <= message.index < n:
-                if self.ttft is None and message.token_ids:  # an echoed prompt is no token
-                    self.ttft = time.monotonic() - self.started_at
-                state.completion_tokens += len(message.token_ids)
-                pieces = builder.stream_tokens(
-                    state, message.index, message.text, logprobs_of(message)
-                )
-                parts = tool_call_parts(message)
-                if parts:
-                    pieces += builder.stream_tool_calls(state, message.index, parts)
+        async with contextlib.aclosing(self.lifecycle.events()) as events:
+            async for event in events:
+                if isinstance(event, Failed):
+                    self.status = event.stream_status
+                    yield "".join(builder.stream_error(state, event.error))
+                    return
+                if isinstance(event, ChoiceEnd):
+                    yield "".join(builder.stream_choice_end(state, event.as_choice()))
+                    continue
+                pieces = builder.stream_tokens(state, event.index, event.text, event.logprobs)
+                if event.tool_calls:
+                    pieces += builder.stream_tool_calls(state, event.index, event.tool_calls)
                 if pieces:
                     yield "".join(pieces)
-            elif isinstance(message, Finished) and 0 <= message.index < n:
-                failure = finish_error(message)
-                if failure is not None:
-                    yield self._fail(failure, 500)
-                    return
-                if message.index % state.request.n == 0:  # once per prompt: its first choice
-                    state.cached_tokens += message.cached_tokens
-                choice = ChoiceResult(
-                    index=message.index,
-                    finish_reason=message.finish_reason,
-                    stop=message.stop,
-                    completion_tokens=message.completion_tokens,
-                )
-                yield "".join(builder.stream_choice_end(state, choice))
-                remaining -= 1
         yield "".join(builder.stream_end(state))
-        self.ended = True
-
-    def _fail(self, error: GatewayError, status: int) -> str:
-        self.ended = True
-        self.status = status
-        return "".join(self.builder.stream_error(self.state, error))
+        self.status = 200
 
     def close(self) -> None:
-        """Runs once when the response ends: abort an unfinished request, free its slot."""
-        if self._closed:
-            return
-        self._closed = True
-        if not self.ended:  # the client went away mid-stream
-            self.status = 499
-            self.abort(self.started)
-        self.hub.close(self.started.channel)
-        self.admission.release()
-        latency = time.monotonic() - self.started_at
-        self.metrics.observe(
-            self.builder.name, self.status, latency, self.ttft, self.state.completion_tokens
-        )
+        self.lifecycle.release(self.status, self.state.completion_tokens)

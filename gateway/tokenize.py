@@ -58,17 +58,18 @@ async def detokenize(handler: ProtocolHandler, request: Request) -> Response:
 
 async def ask_worker(handler: ProtocolHandler, model: str, message: Tokenize) -> Tokenized:
     """One Tokenize round trip to a live worker of `model`."""
-    workers = handler.registry.live(model)
+    services = handler.services
+    workers = services.registry.live(model)
     if not workers:
         raise GatewayError(ErrorKind.UNAVAILABLE, "no worker is ready; try again shortly")
-    worker = handler.policy.pick(workers, "")
-    channel = handler.hub.open(message.request_id, worker)
+    worker = services.policy.pick(workers, "")
+    channel = services.hub.open(message.request_id, worker)
     try:
-        if not await handler.hub.send(worker, message):
+        if not await services.hub.send(worker, message):
             raise GatewayError(ErrorKind.UNAVAILABLE, "the worker could not be reached")
         while True:
             try:
-                reply = await channel.get(handler.config.accept_timeout_s)
+                reply = await channel.get(services.config.accept_timeout_s)
             except TimeoutError:
                 raise GatewayError(ErrorKind.UNAVAILABLE, "the worker did not answer") from None
             if isinstance(reply, Tokenized):
@@ -78,7 +79,7 @@ async def ask_worker(handler: ProtocolHandler, model: str, message: Tokenize) ->
             if isinstance(reply, WorkerLost):
                 raise GatewayError(ErrorKind.UNAVAILABLE, reply.detail)
     finally:
-        handler.hub.close(channel)
+        services.hub.close(channel)
 
 
 def _request_id() -> str:

@@ -1,0 +1,54 @@
+"""The events of one accepted request, in no protocol's shape: what streams render and
+non-streamed answers fold (gateway/response_fold.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.errors import GatewayError
+from gateway.protocols.base import ChoiceResult, TokenLogprob, ToolCallPart
+
+
+@dataclass(frozen=True)
+class TokenDelta:
+    """New output of choice `index`: text, its tokens' logprobs, new parts of tool calls."""
+
+    index: int
+    text: str
+    logprobs: list[TokenLogprob]
+    tool_calls: list[ToolCallPart]
+
+
+@dataclass(frozen=True)
+class ChoiceEnd:
+    """Choice `index` finished normally (a stop, its length, or tool calls)."""
+
+    index: int
+    finish_reason: str
+    stop: str | int | None
+    completion_tokens: int
+
+    def as_choice(self) -> ChoiceResult:
+        """What a builder's `stream_choice_end` reads: the ending, not the text."""
+        return ChoiceResult(
+            index=self.index,
+            finish_reason=self.finish_reason,
+            stop=self.stop,
+            completion_tokens=self.completion_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The request failed after its worker accepted it; always the last event.
+
+    `stream_status` is what a stream, whose HTTP status was 200 already, is counted as in
+    the metrics: 503 when its worker was lost or the gateway cut it, 500 when generation
+    failed. A non-streamed answer uses `error`'s own status instead.
+    """
+
+    error: GatewayError
+    stream_status: int
+
+
+RequestEvent = TokenDelta | ChoiceEnd | Failed

@@ -1,0 +1,184 @@
+"""RequestLifecycle: one API request from admission to release, owned by one object."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncGenerator
+
+from common.schemas import Abort, Accepted, Finished, Message, Rejected, Submit, Tokens
+from gateway.errors import ErrorKind, GatewayError
+from gateway.messages import finish_error, logprobs_of, rejection_error, tool_call_parts
+from gateway.protocols.base import ChatRequest, ResponseBuilder, StreamState
+from gateway.registry import WorkerState
+from gateway.request_events import ChoiceEnd, Failed, RequestEvent, TokenDelta
+from gateway.services import RequestServices
+from gateway.workers import RequestChannel, WorkerLost
+
+
+class RequestLifecycle:
+    """Owns one request: its admission slot, its worker and channel, its events, its first
+    token, its abort and its release.
+
+    admit → start (a worker accepts) → events → release. Both kinds of answer read the same
+    `events()`: a stream renders each one as SSE (gateway/streaming.py), a non-streamed
+    answer folds them into one result (gateway/response_fold.py). `release` runs once on
+    every path out (an answer, an error, the client gone, the gateway's cut) and gives back
+    all that was taken: a request its worker may still be running is aborted there, the
+    channel is closed, the slot passed on, and the request counted in the metrics.
+    """
+
+    def __init__(
+        self, services: RequestServices, builder: ResponseBuilder, started_at: float
+    ) -> None:
+        self.services = services
+        self.protocol = builder.name
+        self.request_id = f"{builder.id_prefix}{uuid.uuid4().hex}"
+        self.started_at = started_at  # the request's arrival: latency and TTFT count from it
+        self.ttft_s: float | None = None
+        self.state: StreamState | None = None  # set once a worker accepted
+        self._worker: WorkerState | None = None
+        self._channel: RequestChannel | None = None
+        self._admitted = False
+        self._worker_done = False  # nothing of it can still run on the worker
+        self._released = False
+
+    async def admit(self) -> None:
+        """Take an admission slot (or raise the rate-limit error)."""
+        await self.services.admission.acquire()
+        self._admitted = True
+
+    # -- starting -------------------------------------------------------------------------------
+    async def start(self, chat: ChatRequest, model: str) -> StreamState:
+        """Submit to a worker and wait for it to accept or reject, before any HTTP status.
+
+        A worker lost before it accepted is replaced by another one (retried once).
+        """
+        services = self.services
+        submit = chat.submit(self.request_id)
+        tried: set[str] = set()
+        for attempt in range(services.config.submit_attempts):
+            candidates = [w for w in services.registry.live(model) if w.worker_id not in tried]
+            if not candidates:
+                break
+            worker = services.policy.pick(candidates, chat.routing_text)
+            tried.add(worker.worker_id)
+            if attempt:
+                services.metrics.retries += 1
+            channel = services.hub.open(self.request_id, worker)
+            try:
+                reply = await self._first_reply(worker, channel, submit)
+            except BaseException:
+                # The client left while we waited, or the submit failed: nothing stays open
+                # here, and nothing runs on for nobody there.
+                services.hub.close(channel)
+                self._send_abort_soon(worker)
+                raise
+            if isinstance(reply, Accepted):
+                self._worker, self._channel = worker, channel
+                self.state = StreamState(
+                    request_id=self.request_id,
+                    model=model,
+                    created=int(time.time()),
+                    request=chat,
+                    prompt_tokens=reply.prompt_tokens,
+                )
+                return self.state
+            services.hub.close(channel)
+            if isinstance(reply, Rejected) and reply.code != "draining":
+                raise rejection_error(reply)
+        raise GatewayError(ErrorKind.UNAVAILABLE, f"no worker of model {model!r} could take it")
+
+    async def _first_reply(
+        self, worker: WorkerState, channel: RequestChannel, submit: Submit
+    ) -> Message | WorkerLost:
+        hub = self.services.hub
+        if not await hub.send(worker, submit):
+            return WorkerLost(worker.worker_id, "unreachable")
+        try:
+            while True:
+                reply = await channel.get(self.services.config.accept_timeout_s)
+                if isinstance(reply, (Accepted, Rejected, WorkerLost)):
+                    return reply
+        except TimeoutError:
+            await hub.send(worker, Abort(submit.request_id))
+            return WorkerLost(worker.worker_id, "no answer to submit")
+
+    # -- events ---------------------------------------------------------------------------------
+    async def events(self) -> AsyncGenerator[RequestEvent, None]:
+        """The worker's messages as events, until every choice has ended or the request has
+        failed (`Failed` is then the last event). Counts the stream's usage in `state` and
+        records the time to first token, once, for both kinds of answer."""
+        state, channel = self._accepted()
+        n = state.request.num_choices
+        remaining = n
+        while remaining:
+            message = await channel.get()
+            if isinstance(message, WorkerLost):
+                # Its worker is gone, or the gateway's cut has aborted it already.
+                self._worker_done = True
+                yield Failed(GatewayError(ErrorKind.UNAVAILABLE, message.detail), 503)
+                return
+            if isinstance(message, Tokens) and 0 <= message.index < n:
+                if self.ttft_s is None and message.token_ids:  # an echoed prompt is no token
+                    self.ttft_s = time.monotonic() - self.started_at
+                state.completion_tokens += len(message.token_ids)
+                logprobs, parts = logprobs_of(message), tool_call_parts(message)
+                yield TokenDelta(message.index, message.text, logprobs, parts)
+            elif isinstance(message, Finished) and 0 <= message.index < n:
+                remaining -= 1
+                self._worker_done = remaining == 0
+                failure = finish_error(message)
+                if failure is not None:
+                    yield Failed(failure, 500)
+                    return
+                if message.index % state.request.n == 0:  # once per prompt: its first choice
+                    state.cached_tokens += message.cached_tokens
+                yield ChoiceEnd(
+                    message.index, message.finish_reason, message.stop, message.completion_tokens
+                )
+
+    def _accepted(self) -> tuple[StreamState, RequestChannel]:
+        if self.state is None or self._channel is None:
+            raise RuntimeError("events() before a worker accepted the request")
+        return self.state, self._channel
+
+    # -- the end --------------------------------------------------------------------------------
+    def release(self, status: int, output_tokens: int | None) -> None:
+        """Give back all the request took, and count it as `status`; only the first call acts.
+
+        `output_tokens`: what the answer carried. None for an answer that carried no
+        generation (an error body, or nothing: the client left before a non-streamed
+        answer), counted as a refusal is, without latency or time to first token.
+        """
+        if self._released:
+            return
+        self._free()
+        if output_tokens is None:
+            self.services.metrics.observe(self.protocol, status, 0.0, None, 0)
+            return
+        latency = time.monotonic() - self.started_at
+        self.services.metrics.observe(self.protocol, status, latency, self.ttft_s, output_tokens)
+
+    def discard(self) -> None:
+        """Give back all the request took without counting it: an unexpected exception is on
+        its way to the route, which answers and counts it."""
+        if not self._released:
+            self._free()
+
+    def _free(self) -> None:
+        self._released = True
+        if self._channel is not None:
+            if not self._worker_done:  # the client left, or a failure left choices running
+                self._send_abort_soon(self._worker)
+            self.services.hub.close(self._channel)
+        if self._admitted:
+            self.services.admission.release()
+
+    def _send_abort_soon(self, worker: WorkerState | None) -> None:
+        """Tell the worker to stop, without awaiting (we may be inside a cancellation)."""
+        if worker is None:
+            return
+        task = asyncio.ensure_future(self.services.hub.send(worker, Abort(self.request_id)))
+        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
