@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # each command loads its side on demand, the gateway included
     from gateway.config import GatewayConfig
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-# worker.engine_options has the same; the cli must not import torch.
+# worker.engine.options has the same; the cli must not import torch.
 QUANTIZATIONS = ("auto", "none", "int8", "int4", "q4_1")
 
 
@@ -171,8 +171,9 @@ def run_worker(args: argparse.Namespace) -> int:
     import socket
     import uuid
 
-    from worker.engine import InferenceEngine
-    from worker.main import WorkerConfig, serve_worker
+    from worker.engine.inference_engine import InferenceEngine
+    from worker.server.worker_config import WorkerConfig
+    from worker.server.worker_server import serve_worker
 
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     config = WorkerConfig(
