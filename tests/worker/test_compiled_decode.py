@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from worker.compiled_decode import CompiledDecode
-from worker.engine import InferenceEngine
+from worker.engine.compiled_decode import CompiledDecode
+from worker.engine.inference_engine import InferenceEngine
 from worker.model.batch import ForwardBatch
 
 PROMPTS = ["Hi", "Tell me about the sea.", "Count to five."]

@@ -11,9 +11,9 @@ import torch
 
 from bench.accuracy import sequence_logits as full_sequence_logits
 from common.sampling_params import SamplingParams
-from worker.engine import InferenceEngine
+from worker.engine.inference_engine import InferenceEngine
+from worker.engine.sequence import TokenEvent
 from worker.model.loader import load_model
-from worker.sequence import TokenEvent
 
 pytestmark = pytest.mark.slow
 
@@ -188,7 +188,7 @@ def test_messages_and_raw_prompts(engine: InferenceEngine):
 
 
 def test_n_choices_and_generate_with_request(engine: InferenceEngine):
-    from worker.request import GenerationRequest
+    from worker.engine.request import GenerationRequest
 
     texts = engine.generate("Tell me a word.", n=3, temperature=1.0, seed=5, max_tokens=5)
     assert isinstance(texts, list) and len(texts) == 3

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from common.sampling_params import SamplingParams
-from worker.engine import InferenceEngine
+from worker.engine.inference_engine import InferenceEngine
 from worker.errors import RequestError
-from worker.grammar import CLOSING_BUDGET, GrammarCompiler, GrammarMasks, grammar_finished
-from worker.tokenizer import Tokenizer
+from worker.sampling.grammar import CLOSING_BUDGET, GrammarCompiler, GrammarMasks, grammar_finished
+from worker.text.tokenizer import Tokenizer
 
 PERSON = {
     "type": "object",
@@ -154,9 +154,9 @@ def test_constrained_and_free_requests_share_a_batch(engine: InferenceEngine):
 def test_a_token_the_grammar_refuses_ends_only_its_choice_in_an_error(
     tokenizer: Tokenizer, compiler: GrammarCompiler
 ):
-    from worker.postprocess import OutputProcessor
-    from worker.sequence import FinishReason, Sequence
-    from worker.stop import StopStringMatcher
+    from worker.engine.output_processor import OutputProcessor
+    from worker.engine.sequence import FinishReason, Sequence
+    from worker.text.stop_strings import StopStringMatcher
 
     params = SamplingParams(structured_output=SCHEMA_SPEC)
     prompt = tokenizer.encode("hi")

@@ -88,8 +88,8 @@ def test_none_means_float_weights(requested, tmp_path):
 def test_the_engine_says_at_startup_what_this_cpu_got(tmp_path, caplog):
     import logging
 
-    from worker.cpu_info import kernel_flags
-    from worker.engine import InferenceEngine
+    from worker.engine.inference_engine import InferenceEngine
+    from worker.machine.cpu_info import kernel_flags
 
     folder = q4_1_folder(tmp_path)
     default = resolve_model_dir(None)
@@ -97,7 +97,7 @@ def test_the_engine_says_at_startup_what_this_cpu_got(tmp_path, caplog):
         if (default / name).is_file():
             shutil.copy(default / name, folder / name)
     with (
-        caplog.at_level(logging.INFO, logger="worker.engine"),
+        caplog.at_level(logging.INFO, logger="worker.engine.inference_engine"),
         InferenceEngine(folder, kv_cache_mb=16) as engine,
     ):
         assert engine.quantization == "q4_1"

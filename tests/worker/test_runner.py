@@ -3,9 +3,9 @@
 import torch
 
 from tests.worker.stack_factory import TINY, tiny_model
+from worker.engine.runner import Chunk, ModelRunner
 from worker.kv.base import KVStorage
 from worker.kv.paged import PageCache
-from worker.runner import Chunk, ModelRunner
 
 
 def runner_with_sequences(lengths: list[int], page_size: int = 4) -> ModelRunner:

@@ -1,4 +1,4 @@
-"""Tests for worker.sampling: exact filter sets, penalties, logprobs, batch-independent draws."""
+"""Tests for worker/sampling/: exact filter sets, penalties, logprobs, batch-independent draws."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from common.sampling_params import SamplingParams
-from worker.sampling import (
+from worker.sampling.sampler import (
     TOP_P_CANDIDATES,
     BaseSamplingStrategy,
     MinPStrategy,

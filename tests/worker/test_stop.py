@@ -2,7 +2,7 @@
 
 import pytest
 
-from worker.stop import StopResult, StopStringMatcher
+from worker.text.stop_strings import StopResult, StopStringMatcher
 
 
 def feed_all(matcher: StopStringMatcher, pieces: list[str]) -> tuple[str, str | None]:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from worker.errors import RequestError
-from worker.tokenizer import REPLACEMENT_CHAR, Tokenizer
+from worker.text.tokenizer import REPLACEMENT_CHAR, Tokenizer
 
 TEXT = "Grüße, 世界! Emoji: 🎉🚀 and done."
 

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from worker.tool_parser import ToolCallDelta, ToolCallParser
+from worker.text.tool_parser import ToolCallDelta, ToolCallParser
 
 
 def call_text(name: str, arguments: Any) -> str:

@@ -4,7 +4,7 @@ import json
 from typing import Any
 
 from common.tool_calls import CALL_CLOSE, CALL_OPEN
-from worker.tool_prompt import (
+from worker.text.tool_prompt import (
     TOOLS_INSTRUCTION,
     generic_messages,
     template_messages,

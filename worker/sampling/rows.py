@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from common.sampling_params import SamplingParams
-from worker.penalties import PenaltyRows
+from worker.sampling.penalties import PenaltyRows
 
 # Top-p looks for its cut-off among this many best tokens first and sorts a whole row only when
 # that row's nucleus is wider; the cut-off is the same either way (see TopPStrategy).

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from worker.errors import RequestError
-from worker.tool_prompt import generic_messages, template_messages, template_tools
+from worker.text.tool_prompt import generic_messages, template_messages, template_tools
 
 REPLACEMENT_CHAR = "\ufffd"
 # Prompt tokens kept as context when detokenizing the first generated tokens, so that a

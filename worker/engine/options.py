@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.model.packing import QUANTIZATIONS
+from worker.model.quantizations import QUANTIZATIONS
 
 KV_CACHE_KINDS = ("paged", "contiguous")
 QUANTIZATION_CHOICES = ("auto", "none", *QUANTIZATIONS)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from worker.sampling_rows import RowInput
+    from worker.sampling.rows import RowInput
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 
 import zmq
 
@@ -24,36 +23,15 @@ from common.schemas import (
     Submit,
     Tokenize,
 )
-from common.wire import DEFAULT_MAX_FRAME_BYTES, MAX_FRAMES_PER_MESSAGE, DropCounter, encode
-from worker import wire_requests
-from worker.engine import InferenceEngine
-from worker.health import HealthServer
-from worker.sequence import TokenEvent
-from worker.wire_events import to_wire
+from common.wire import MAX_FRAMES_PER_MESSAGE, DropCounter, encode
+from worker.engine.inference_engine import InferenceEngine
+from worker.engine.sequence import TokenEvent
+from worker.server import wire_requests
+from worker.server.health import HealthServer
+from worker.server.wire_events import to_wire
+from worker.server.worker_config import WorkerConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    gateway: str  # tcp://host:port of the gateway's worker socket
-    worker_id: str
-    heartbeat_s: float = 0.5
-    register_every: int = 10  # heartbeats; a gateway that restarted learns us again
-    gateway_timeout_s: float = 3.0  # no GatewayBeat for this long: the gateway is gone
-    drain_timeout_s: float = 120.0  # SIGTERM: finish running work, at most this long
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    curve_server_key: str | None = None  # the gateway's public .key: encrypt the link
-    curve_secret_key: str | None = None  # this worker's .key_secret (default: a fresh pair)
-
-    def __post_init__(self) -> None:
-        if not self.gateway.startswith(("tcp://", "ipc://", "inproc://")):
-            raise ValueError(
-                f"gateway must be a ZeroMQ address like tcp://host:port, got {self.gateway!r}"
-            )
-        for name in ("heartbeat_s", "gateway_timeout_s", "drain_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
 
 class WorkerServer:

@@ -11,9 +11,9 @@ from typing import Any
 import torch
 
 from common.sampling_params import SamplingParams
-from worker.stop import StopStringMatcher
-from worker.tokenizer import IncrementalDetokenizer
-from worker.tool_parser import ToolCallDelta, ToolCallParser
+from worker.text.stop_strings import StopStringMatcher
+from worker.text.tokenizer import IncrementalDetokenizer
+from worker.text.tool_parser import ToolCallDelta, ToolCallParser
 
 
 class FinishReason(str, Enum):

@@ -6,7 +6,7 @@ import queue
 from collections.abc import Iterator
 from typing import Any
 
-from worker.sequence import FinishReason, TokenEvent
+from worker.engine.sequence import FinishReason, TokenEvent
 
 
 def put_tagged(merged: queue.Queue[tuple[int, TokenEvent]], index: int, event: TokenEvent) -> None:

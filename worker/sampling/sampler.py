@@ -11,8 +11,8 @@ import torch
 from torch import Tensor
 
 from common.sampling_params import SamplingParams
-from worker.penalties import PenaltyRows, apply_penalties
-from worker.sampling_rows import TOP_P_CANDIDATES, RowInput, SamplingRow, SamplingRows
+from worker.sampling.penalties import PenaltyRows, apply_penalties
+from worker.sampling.rows import TOP_P_CANDIDATES, RowInput, SamplingRow, SamplingRows
 
 __all__ = [
     "TOP_P_CANDIDATES",

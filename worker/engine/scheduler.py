@@ -10,13 +10,13 @@ from collections.abc import Callable
 
 import torch
 
-from worker.grammar import GrammarMasks
+from worker.engine.output_processor import OutputProcessor
+from worker.engine.runner import Chunk, ModelRunner
+from worker.engine.scheduler_config import SchedulerConfig, SchedulerCounters
+from worker.engine.sequence import FinishReason, Sequence, TokenEvent
 from worker.kv.base import KVCache
-from worker.postprocess import OutputProcessor
-from worker.runner import Chunk, ModelRunner
-from worker.sampling import sample_rows
-from worker.scheduler_config import SchedulerConfig, SchedulerCounters
-from worker.sequence import FinishReason, Sequence, TokenEvent
+from worker.sampling.grammar import GrammarMasks
+from worker.sampling.sampler import sample_rows
 
 log = logging.getLogger(__name__)
 

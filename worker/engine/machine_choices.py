@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from worker.cpu_info import describe as describe_cpu
-from worker.engine_options import EngineOptions
+from worker.engine.options import EngineOptions
 from worker.kernels.build import native_kernels_available
 from worker.kernels.plan import KernelPlan, kernel_plan
+from worker.machine.cpu_info import describe as describe_cpu
 from worker.model.loader import resolve_dtype, resolve_quantization
 
 

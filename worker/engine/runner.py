@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from worker.compiled_decode import CompiledDecode
+from worker.engine.compiled_decode import CompiledDecode
 from worker.kv.base import KVCache
 from worker.model.batch import ForwardBatch
 from worker.model.llama import LlamaModel

@@ -14,12 +14,12 @@ import torch
 
 from common.chat import normalize_messages
 from common.sampling_params import SamplingParams
+from worker.engine.sequence import EventSink, Sequence
 from worker.errors import ContextLengthExceeded, RequestError
-from worker.grammar import GrammarCompiler
-from worker.sequence import EventSink, Sequence
-from worker.stop import StopStringMatcher
-from worker.tokenizer import Tokenizer
-from worker.tool_parser import ToolCallParser
+from worker.sampling.grammar import GrammarCompiler
+from worker.text.stop_strings import StopStringMatcher
+from worker.text.tokenizer import Tokenizer
+from worker.text.tool_parser import ToolCallParser
 
 Message = Mapping[str, Any]
 Prompt = str | SequenceABC[Message]

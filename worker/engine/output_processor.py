@@ -7,10 +7,10 @@ from collections.abc import Iterable
 
 import torch
 
-from worker.grammar import GrammarViolation, grammar_finished
-from worker.sequence import FinishReason, Sequence, TokenEvent, TokenLogprob
-from worker.tokenizer import Tokenizer
-from worker.tool_parser import ToolCallDelta
+from worker.engine.sequence import FinishReason, Sequence, TokenEvent, TokenLogprob
+from worker.sampling.grammar import GrammarViolation, grammar_finished
+from worker.text.tokenizer import Tokenizer
+from worker.text.tool_parser import ToolCallDelta
 
 
 class OutputProcessor:

@@ -7,9 +7,9 @@ from typing import Any
 
 from common.sampling_params import SamplingParams
 from common.schemas import Accepted, Message, Rejected, Submit, Tokenize, Tokenized, Tokens
-from worker.engine import InferenceEngine
+from worker.engine.inference_engine import InferenceEngine
+from worker.engine.sequence import EventSink
 from worker.errors import RequestError
-from worker.sequence import EventSink
 
 log = logging.getLogger(__name__)
 INTERNAL = "the worker failed to take this request (see the worker's log)"

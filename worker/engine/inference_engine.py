@@ -15,18 +15,18 @@ from typing import Any
 import torch
 
 from common.sampling_params import SamplingParams
-from worker.compiled_decode import CompiledDecode
-from worker.engine_options import EngineOptions
-from worker.event_stream import put_tagged, raise_on_error, until_finished
-from worker.kv.factory import build_cache
-from worker.machine_choices import MachineChoices
+from worker.engine.cache_factory import build_cache
+from worker.engine.compiled_decode import CompiledDecode
+from worker.engine.event_stream import put_tagged, raise_on_error, until_finished
+from worker.engine.machine_choices import MachineChoices
+from worker.engine.options import EngineOptions
+from worker.engine.output_processor import OutputProcessor
+from worker.engine.request import GenerationRequest, Prompt, RequestFactory
+from worker.engine.runner import ModelRunner
+from worker.engine.scheduler import InferenceScheduler, SchedulerConfig
+from worker.engine.sequence import EventSink, TokenEvent
 from worker.model.loader import load_config, load_model, resolve_model_dir
-from worker.postprocess import OutputProcessor
-from worker.request import GenerationRequest, Prompt, RequestFactory
-from worker.runner import ModelRunner
-from worker.scheduler import InferenceScheduler, SchedulerConfig
-from worker.sequence import EventSink, TokenEvent
-from worker.tokenizer import Tokenizer
+from worker.text.tokenizer import Tokenizer
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 
