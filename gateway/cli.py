@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from common.cli_options import add_flags, build
 from common.log_setup import add_log_level, configure_logging
@@ -18,6 +18,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def gateway_config(args: argparse.Namespace) -> GatewayConfig:
     """The config of parsed flags (of a parser that `add_arguments` filled)."""
     return build(GatewayConfig, args)
+
+
+def gateway_command(args: argparse.Namespace) -> Callable[[], int]:
+    """The gateway's run, its config checked first (a bad value raises ValueError here)."""
+    config = gateway_config(args)
+    return lambda: run(config, args.log_level)
 
 
 def run(config: GatewayConfig, log_level: str) -> int:
@@ -41,11 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        config = gateway_config(args)
+        command = gateway_command(args)
     except ValueError as exc:  # a value the flag's type allows but the config refuses
         parser.error(str(exc))
     configure_logging(args.log_level)
-    return run(config, args.log_level)
+    return command()
 
 
 if __name__ == "__main__":

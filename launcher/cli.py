@@ -62,9 +62,7 @@ def serve_plan(args: argparse.Namespace) -> ServePlan:
             "`astrai worker --curve-secret-key ...` for that"
         )
     worker_bind = serve.worker_bind or f"tcp://127.0.0.1:{free_loopback_port()}"
-    gateway = build(
-        GatewayConfig, args, SERVE_EXCLUDES[GatewayConfig], worker_bind=worker_bind
-    )
+    gateway = build(GatewayConfig, args, SERVE_EXCLUDES[GatewayConfig], worker_bind=worker_bind)
     engine = build(EngineOptions, args, SERVE_EXCLUDES[EngineOptions])
     process = build(WorkerProcessOptions, args, SERVE_EXCLUDES[WorkerProcessOptions])
     workers = worker_commands(serve.workers, gateway, engine, process, args.log_level)
@@ -82,8 +80,7 @@ def _keys(args: argparse.Namespace) -> int:
 def _command(args: argparse.Namespace) -> Callable[[], int]:
     """What the parsed command runs, built before it runs so that bad values stop it here."""
     if args.command == "gateway":
-        config = gateway_cli.gateway_config(args)
-        return lambda: gateway_cli.run(config, args.log_level)
+        return gateway_cli.gateway_command(args)
     if args.command == "worker":
         return worker_cli.worker_command(args)
     if args.command == "keys":

@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from common.wire import DEFAULT_MAX_FRAME_BYTES
+from common.cli_options import option
+from common.wire import DEFAULT_MAX_FRAME_BYTES, DEFAULT_WORKER_BIND
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    gateway: str  # tcp://host:port of the gateway's worker socket
-    worker_id: str
+    """Fields with `option(...)` metadata are flags of `astrai worker`."""
+
+    gateway: str = field(  # tcp://host:port of the gateway's worker socket
+        metadata=option("the gateway's worker socket", flag_default=DEFAULT_WORKER_BIND)
+    )
+    worker_id: str = field(
+        metadata=option(
+            "a name unique among the workers (default: host-pid-random)", flag_default=None
+        )
+    )
     heartbeat_s: float = 0.5
     register_every: int = 10  # heartbeats; a gateway that restarted learns us again
     gateway_timeout_s: float = 3.0  # no GatewayBeat for this long: the gateway is gone
     drain_timeout_s: float = 120.0  # SIGTERM: finish running work, at most this long
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    curve_server_key: str | None = None  # the gateway's public .key: encrypt the link
-    curve_secret_key: str | None = None  # this worker's .key_secret (default: a fresh pair)
+    curve_server_key: str | None = field(
+        default=None, metadata=option("the gateway's public .key: encrypt the link (CURVE)")
+    )
+    curve_secret_key: str | None = field(
+        default=None,
+        metadata=option("this worker's .key_secret (default: a fresh pair)"),
+    )
 
     def __post_init__(self) -> None:
         if not self.gateway.startswith(("tcp://", "ipc://", "inproc://")):
