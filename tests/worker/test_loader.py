@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel
 
 from tests.worker.model_factory import ARCHITECTURES, hf_model, save_hf, write_gguf
-from worker.model import loader
+from worker.model import gguf_cache, loader
 from worker.model.llama import LlamaModel
 from worker.model.loader import load_model, resolve_dtype, resolve_model_dir
 
@@ -218,8 +218,8 @@ def test_gguf_is_converted_once_into_the_cache_dir(tmp_path, monkeypatch):
         reads.append(path)
         return real_read(path)
 
-    real_read = loader.read_gguf
-    monkeypatch.setattr(loader, "read_gguf", counting_read)
+    real_read = gguf_cache.read_gguf
+    monkeypatch.setattr(gguf_cache, "read_gguf", counting_read)
     hf = hf_model("smollm")
     gguf = write_gguf(hf, tmp_path / "tiny.gguf")
 

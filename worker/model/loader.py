@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from worker.kernels.build import native_kernels_available
 from worker.kernels.plan import KernelPlan
 from worker.machine.cpu_info import has_native_bf16
-from worker.machine.paths import cache_root
 from worker.model.block_linear import pack_blocks
 from worker.model.config import ModelConfig
-from worker.model.gguf_reader import read_gguf
+from worker.model.gguf_cache import converted_gguf
 from worker.model.llama import LlamaModel
 from worker.model.rope import rope_tables
 
@@ -51,42 +46,10 @@ def resolve_model_dir(model: str | os.PathLike[str] | None) -> Path:
             raise FileNotFoundError(f"model folder {path} has no config.json")
         return path
     if path.suffix == ".gguf" and path.is_file():
-        return _converted_gguf(path)
+        return converted_gguf(path)
     raise FileNotFoundError(
         f"model must be a Hugging Face folder or a .gguf file, got {str(path)!r}"
     )
-
-
-def _converted_gguf(gguf_path: Path) -> Path:
-    """Dequantize once into `<cache>/models/<name>-<key>/`; later starts read safetensors."""
-    stat = gguf_path.stat()
-    key = hashlib.sha256(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    target = cache_root() / "models" / f"{gguf_path.stem}-{key.hexdigest()[:16]}"
-    if (target / "model.safetensors").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Build in a private folder and rename: workers starting together never see half a model.
-    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-    try:
-        config, state = read_gguf(gguf_path)
-        (staging / "config.json").write_text(json.dumps(config, indent=2))
-        save_file(state, str(staging / "model.safetensors"))
-        _save_gguf_tokenizer(gguf_path, staging)
-        try:
-            staging.rename(target)
-        except OSError:
-            if not (target / "model.safetensors").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
-
-
-def _save_gguf_tokenizer(gguf_path: Path, folder: Path) -> None:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-    tokenizer.save_pretrained(str(folder))
 
 
 def load_config(model_dir: Path) -> ModelConfig:
