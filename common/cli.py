@@ -172,8 +172,8 @@ def run_worker(args: argparse.Namespace) -> int:
     import uuid
 
     from worker.engine.inference_engine import InferenceEngine
+    from worker.server.process import serve_worker
     from worker.server.worker_config import WorkerConfig
-    from worker.server.worker_server import serve_worker
 
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     config = WorkerConfig(
