@@ -87,7 +87,7 @@ def compile_times() -> dict[str, float]:
     """Milliseconds to get a matcher for the tool schema: grammar and matcher, cold then cached."""
     from common.sampling_params import SamplingParams
     from common.tool_calls import _compiled, tool_call_grammar
-    from worker.model.loader import default_model_path, resolve_model_dir
+    from worker.model.model_dir import default_model_path, resolve_model_dir
     from worker.sampling.grammar import GrammarCompiler
     from worker.text.tokenizer import Tokenizer
 

@@ -29,7 +29,7 @@ from bench.summary import summarize
 from bench.workloads import TENANTS, mixed, tenant_system_prompt, w1, w2
 from worker.kernels.plan import kernel_plan
 from worker.machine.cpu_info import describe as describe_cpu
-from worker.model.loader import default_model_path, resolve_model_dir
+from worker.model.model_dir import default_model_path, resolve_model_dir
 
 WORKLOADS = {"W1": w1, "W2": w2}
 MIXED_RATES = (0.5, 1.0, 2.0)

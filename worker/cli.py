@@ -36,7 +36,7 @@ def worker_command(args: argparse.Namespace) -> Callable[[], int]:
 def run(link: WorkerConfig, engine: EngineOptions, process: WorkerProcessOptions) -> int:
     """Load the model, then serve until drained or stopped."""
     from worker.engine.inference_engine import InferenceEngine  # torch: only once it runs
-    from worker.server.worker_server import serve_worker
+    from worker.server.process import serve_worker
 
     inference = InferenceEngine(process.model, **dataclasses.asdict(engine))
     serve_worker(inference, link, process.health_port)

@@ -1,13 +1,9 @@
-"""InferenceEngine: the in-process API — load a model, submit prompts, stream or collect text."""
+"""InferenceEngine: the in-process API — load a model, submit and abort requests, report state."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
-import queue
 import threading
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -17,15 +13,16 @@ import torch
 from common.sampling_params import SamplingParams
 from worker.engine.cache_factory import build_cache
 from worker.engine.compiled_decode import CompiledDecode
-from worker.engine.event_stream import put_tagged, raise_on_error, until_finished
+from worker.engine.generation_api import GenerationAPI
 from worker.engine.machine_choices import MachineChoices
 from worker.engine.options import EngineOptions
 from worker.engine.output_processor import OutputProcessor
-from worker.engine.request import GenerationRequest, Prompt, RequestFactory
+from worker.engine.request import Prompt, RequestFactory
 from worker.engine.runner import ModelRunner
 from worker.engine.scheduler import InferenceScheduler, SchedulerConfig
-from worker.engine.sequence import EventSink, TokenEvent
-from worker.model.loader import load_config, load_model, resolve_model_dir
+from worker.engine.sequence import EventSink
+from worker.model.loader import load_config, load_model
+from worker.model.model_dir import resolve_model_dir
 from worker.text.tokenizer import Tokenizer
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -33,8 +30,9 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 log = logging.getLogger(__name__)
 
 
-class InferenceEngine:
-    """Loads a model (the embedded default when none is given) and serves it in-process."""
+class InferenceEngine(GenerationAPI):
+    """Loads a model (the embedded default when none is given) and serves it in-process;
+    `generate` and `generate_async` come from GenerationAPI."""
 
     def __init__(self, model: str | Path | None = None, **options: Any) -> None:
         self.options = EngineOptions(**options)
@@ -168,89 +166,6 @@ class InferenceEngine:
         """No request queued, waiting or running."""
         return not self.scheduler.has_work()
 
-    def _start(
-        self, prompt: Prompt, chat: bool, sampling: dict[str, Any], sink: EventSink
-    ) -> tuple[str, int]:
-        """Submit with keyword settings; (request id, number of choices)."""
-        params = SamplingParams.from_kwargs(**sampling)
-        request_id, _ = self.submit(prompt, params, sink, chat=chat)
-        return request_id, params.n
-
-    # -- the seed API -----------------------------------------------------------------------
-    def generate(
-        self,
-        prompt: Prompt | list[Prompt],
-        stream: bool = False,
-        chat: bool = True,
-        **sampling: Any,
-    ) -> Any:
-        """str for a prompt, list[str] for a list of prompts; stream=True yields text pieces
-        (for a list: (index, text) pairs). A list of role/content dicts is one chat prompt."""
-        if _is_batch(prompt):
-            if stream:
-                return self._stream_many(prompt, chat, sampling)  # type: ignore[arg-type]
-            return [self.generate(p, chat=chat, **sampling) for p in prompt]  # type: ignore[union-attr]
-        events: queue.Queue[TokenEvent] = queue.Queue()
-        request_id, num_choices = self._start(prompt, chat, sampling, events.put)  # type: ignore[arg-type]
-        if stream:
-            return self._stream_one(request_id, num_choices, events)
-        texts = [""] * num_choices
-        for _, event in until_finished(events, num_choices):
-            texts[event.index] += event.text
-        return texts[0] if num_choices == 1 else texts
-
-    def generate_with_request(self, request: GenerationRequest) -> Any:
-        return self.generate(request.messages, stream=request.stream, **request.sampling_kwargs())
-
-    def _stream_one(
-        self, request_id: str, num_choices: int, events: queue.Queue[TokenEvent]
-    ) -> Iterator[str]:
-        try:
-            for _, event in until_finished(events, num_choices):
-                if event.text:
-                    yield event.text
-        finally:
-            self.abort(request_id)  # a consumer that stops early frees the pages at once
-
-    def _stream_many(
-        self, prompts: list[Prompt], chat: bool, sampling: dict[str, Any]
-    ) -> Iterator[tuple[int, str]]:
-        merged: queue.Queue[tuple[int, TokenEvent]] = queue.Queue()
-        submitted = [
-            self._start(p, chat, sampling, functools.partial(put_tagged, merged, i))
-            for i, p in enumerate(prompts)
-        ]
-        try:
-            for index, event in until_finished(merged, sum(n for _, n in submitted)):
-                if event.text:
-                    yield index, event.text
-        finally:
-            for request_id, _ in submitted:
-                self.abort(request_id)
-
-    async def generate_async(
-        self, prompt: Prompt, chat: bool = True, **sampling: Any
-    ) -> AsyncIterator[str]:
-        """Text pieces of one prompt as they are generated, without blocking the loop."""
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[TokenEvent] = asyncio.Queue()
-        params = SamplingParams.from_kwargs(**sampling)
-
-        def sink(event: TokenEvent) -> None:
-            loop.call_soon_threadsafe(events.put_nowait, event)
-
-        request_id, _ = self.submit(prompt, params, sink, chat=chat)
-        remaining = params.n
-        try:
-            while remaining:
-                event = await events.get()
-                raise_on_error(event)
-                remaining -= event.finish_reason is not None
-                if event.text:
-                    yield event.text
-        finally:
-            self.abort(request_id)
-
     # -- state ------------------------------------------------------------------------------
     def get_stats(self) -> dict[str, Any]:
         counters = asdict(self.scheduler.counters)
@@ -283,8 +198,3 @@ class InferenceEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
-
-
-def _is_batch(prompt: Any) -> bool:
-    """A list of prompts (strings or message lists), as opposed to one chat's messages."""
-    return isinstance(prompt, list) and bool(prompt) and not isinstance(prompt[0], dict)

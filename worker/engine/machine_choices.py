@@ -12,7 +12,7 @@ from worker.engine.options import EngineOptions
 from worker.kernels.build import native_kernels_available
 from worker.kernels.plan import KernelPlan, kernel_plan
 from worker.machine.cpu_info import describe as describe_cpu
-from worker.model.loader import resolve_dtype, resolve_quantization
+from worker.model.precision import resolve_dtype, resolve_quantization
 
 
 @dataclass(frozen=True)

@@ -1,24 +1,20 @@
-"""InferenceScheduler: the continuous-batching loop, cleanup → refill → prefill → decode."""
+"""InferenceScheduler: the continuous-batching step, cleanup → refill → prefill → decode."""
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import threading
 from collections import deque
-from collections.abc import Callable
 
 import torch
 
 from worker.engine.output_processor import OutputProcessor
 from worker.engine.runner import Chunk, ModelRunner
 from worker.engine.scheduler_config import SchedulerConfig, SchedulerCounters
+from worker.engine.scheduler_loop import SchedulerLoop, call_safely
 from worker.engine.sequence import FinishReason, Sequence, TokenEvent
 from worker.kv.base import KVCache
 from worker.sampling.grammar import GrammarMasks
 from worker.sampling.sampler import sample_rows
-
-log = logging.getLogger(__name__)
 
 # Invariants, held between steps:
 # - Every sequence is in exactly one place: the inbox, `waiting` (holds no pages) or
@@ -29,7 +25,10 @@ log = logging.getLogger(__name__)
 #   emitted; an abort takes effect at the next cleanup, within one iteration.
 
 
-class InferenceScheduler:
+class InferenceScheduler(SchedulerLoop):
+    """The step and the state it owns; the thread it runs on and the calls other threads make
+    into it come from SchedulerLoop."""
+
     def __init__(
         self,
         runner: ModelRunner,
@@ -41,6 +40,7 @@ class InferenceScheduler:
         self.cache = cache
         self.processor = processor
         self.config = config or SchedulerConfig()
+        super().__init__(self.config.idle_wait_s)
         self.counters = SchedulerCounters()
         tokenizer = processor.tokenizer
         self.grammar_masks = GrammarMasks(
@@ -48,38 +48,10 @@ class InferenceScheduler:
         )
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        self._inbox: deque[list[Sequence]] = deque()
-        self._aborts: set[str] = set()
-        self._abort_everything = False
-        self._lock = threading.Lock()
-        self._wakeup = threading.Event()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
-        # Called on the loop's thread after each step (the worker sends its events then).
-        self.step_end_listeners: list[Callable[[], None]] = []
 
-    # -- thread-safe entry points -----------------------------------------------------
-    def add(self, choices: list[Sequence]) -> None:
-        """Queue every choice of one request; they are admitted from the next step on."""
-        with self._lock:
-            self._inbox.append(choices)
-        self._wakeup.set()
-
-    def abort(self, request_id: str) -> None:
-        with self._lock:
-            self._aborts.add(request_id)
-        self._wakeup.set()
-
-    def abort_all(self) -> None:
-        """Abort every request added so far (e.g. their gateway went away)."""
-        with self._lock:
-            self._abort_everything = True
-        self._wakeup.set()
-
+    # -- state -----------------------------------------------------------------------
     def has_work(self) -> bool:
-        return bool(
-            self._inbox or self._aborts or self._abort_everything or self.waiting or self.running
-        )
+        return bool(self.inbox.has_pending() or self.waiting or self.running)
 
     @property
     def num_running(self) -> int:
@@ -87,45 +59,7 @@ class InferenceScheduler:
 
     @property
     def num_waiting(self) -> int:
-        return len(self.waiting) + sum(len(choices) for choices in list(self._inbox))
-
-    def start(self) -> None:
-        """Run the loop on a new thread (an engine may instead call run() on its own)."""
-        if self._thread is not None:
-            raise RuntimeError("the scheduler is already running")
-        thread = threading.Thread(target=self.run, name="inference-scheduler", daemon=True)
-        self._thread = thread
-        thread.start()
-
-    def stop(self, timeout: float | None = 30.0) -> None:
-        self._stopping = True
-        self._wakeup.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-        self._thread = None
-
-    # -- the loop ---------------------------------------------------------------------
-    def run(self) -> None:
-        """Step whenever there is work until stop(); on the calling thread."""
-        self._thread = threading.current_thread()
-        while not self._stopping:
-            self._wakeup.clear()
-            if not self.has_work():
-                self._wakeup.wait(self.config.idle_wait_s)
-                continue
-            try:
-                self.step()
-            except Exception as exc:  # a failed forward must not kill the worker
-                log.exception("scheduler step failed; failing every live sequence")
-                self._fail_all(exc)
-            self._notify_step_end()
-        self._fail_all(RuntimeError("the engine shut down"))
-        self._notify_step_end()
-
-    def _notify_step_end(self) -> None:
-        for listener in list(self.step_end_listeners):
-            _call_safely("step-end listener", listener, listener)
+        return len(self.waiting) + self.inbox.num_arrived
 
     @torch.inference_mode()
     def step(self) -> None:
@@ -137,10 +71,7 @@ class InferenceScheduler:
 
     # -- phase 1 ----------------------------------------------------------------------
     def _cleanup(self) -> None:
-        with self._lock:
-            arrived, self._inbox = list(self._inbox), deque()
-            aborts, self._aborts = self._aborts, set()
-            everything, self._abort_everything = self._abort_everything, False
+        arrived, aborts, everything = self.inbox.take()
         for choices in arrived:
             self.waiting.extend(choices)
             self.counters.total_tasks += 1
@@ -274,11 +205,10 @@ class InferenceScheduler:
         self._emit(seq, event)
 
     def _emit(self, seq: Sequence, event: TokenEvent) -> None:
-        _call_safely("event sink of request", seq.request_id, seq.sink, event)
+        call_safely("event sink of request", seq.request_id, seq.sink, event)
 
     def _fail_all(self, exc: BaseException) -> None:
-        with self._lock:
-            arrived, self._inbox = list(self._inbox), deque()
+        arrived = self.inbox.take_arrived()
         pending = [s for choices in arrived for s in choices] + list(self.waiting)
         self.waiting.clear()
         for seq in self.running:
@@ -288,11 +218,3 @@ class InferenceScheduler:
         self.running = []
         for seq in live:
             self._finish(seq, FinishReason.ERROR, error=str(exc) or type(exc).__name__)
-
-
-def _call_safely(what: str, which: object, function: Callable[..., object], *args: object) -> None:
-    """A consumer's failure is its own, never the loop's (its message is only built then)."""
-    try:
-        function(*args)
-    except Exception:
-        log.exception("%s %s failed", what, which)

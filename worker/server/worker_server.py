@@ -1,10 +1,9 @@
-"""Worker process: dials the gateway, feeds Submit/Abort to the engine, streams events back."""
+"""WorkerServer: dials the gateway, feeds Submit/Abort to the engine, streams events back."""
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -27,7 +26,6 @@ from common.wire import MAX_FRAMES_PER_MESSAGE, DropCounter, encode
 from worker.engine.inference_engine import InferenceEngine
 from worker.engine.sequence import TokenEvent
 from worker.server import wire_requests
-from worker.server.health import HealthServer
 from worker.server.wire_events import to_wire
 from worker.server.worker_config import WorkerConfig
 
@@ -243,33 +241,3 @@ class WorkerServer:
             stats=stats,
             draining=self._draining.is_set(),
         )
-
-
-def serve_worker(
-    engine: InferenceEngine, config: WorkerConfig, health_port: int | None = None
-) -> None:
-    """Run until drained (first SIGTERM/SIGINT) or stopped (the second one)."""
-    server = WorkerServer(engine, config)
-    health = None
-    if health_port is not None:
-        # Probes come from the orchestrator over the pod network, so all interfaces; the
-        # port exists only when asked for, and it only reveals liveness.
-        health = HealthServer("0.0.0.0", health_port, server.is_live, server.is_ready)
-        health.start()
-
-    def on_signal(*_: object) -> None:
-        if server.draining:
-            server.stop()
-        else:
-            log.info("draining: no new requests, finishing the running ones")
-            server.drain()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    log.info("worker %s dialing %s", config.worker_id, config.gateway)
-    try:
-        server.run()
-    finally:
-        engine.shutdown()
-        if health is not None:
-            health.stop()

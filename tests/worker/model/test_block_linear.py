@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.worker.kernels.test_layout import q4_1_grid, q8_0_grid
 from tests.worker.native import needs_native_kernels
-from tests.worker.test_layout import q4_1_grid, q8_0_grid
 from worker.model.block_linear import BlockLinear, pack_blocks
 from worker.model.llama import RMSNorm
 

@@ -9,7 +9,7 @@ from gguf import GGUFWriter
 
 from tests.worker.model_factory import hf_model, llama_cpp_permute, write_gguf
 from worker.model.gguf_reader import _unpermute_qk, read_gguf
-from worker.model.loader import default_model_path
+from worker.model.model_dir import default_model_path
 
 
 def test_unpermute_qk_restores_llama_cpp_permutation():

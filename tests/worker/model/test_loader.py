@@ -11,9 +11,11 @@ from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel
 
 from tests.worker.model_factory import ARCHITECTURES, hf_model, save_hf, write_gguf
-from worker.model import gguf_cache, loader
+from worker.model import model_dir, precision
 from worker.model.llama import LlamaModel
-from worker.model.loader import load_model, resolve_dtype, resolve_model_dir
+from worker.model.loader import load_model
+from worker.model.model_dir import resolve_model_dir
+from worker.model.precision import resolve_dtype
 
 CPU = torch.device("cpu")
 
@@ -185,13 +187,13 @@ def test_auto_dtype_on_cpu_follows_cpuinfo():
 
 @pytest.mark.parametrize(("has_bf16", "expected"), [(True, torch.bfloat16), (False, torch.float32)])
 def test_auto_dtype_on_cpu_is_bfloat16_only_with_native_support(has_bf16, expected, monkeypatch):
-    monkeypatch.setattr(loader, "cpu_has_bf16", lambda: has_bf16)
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: has_bf16)
 
     assert resolve_dtype("auto", CPU) == expected
 
 
 def test_auto_dtype_on_cuda_is_bfloat16(monkeypatch):
-    monkeypatch.setattr(loader, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
 
     assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
 
@@ -218,8 +220,8 @@ def test_gguf_is_converted_once_into_the_cache_dir(tmp_path, monkeypatch):
         reads.append(path)
         return real_read(path)
 
-    real_read = gguf_cache.read_gguf
-    monkeypatch.setattr(gguf_cache, "read_gguf", counting_read)
+    real_read = model_dir.read_gguf
+    monkeypatch.setattr(model_dir, "read_gguf", counting_read)
     hf = hf_model("smollm")
     gguf = write_gguf(hf, tmp_path / "tiny.gguf")
 

@@ -8,22 +8,18 @@ import pytest
 import torch
 
 from common.sampling_params import SamplingParams
-from worker.sampling.sampler import (
-    TOP_P_CANDIDATES,
+from worker.sampling.penalties import apply_penalties
+from worker.sampling.pipeline import (
     BaseSamplingStrategy,
     MinPStrategy,
     SamplingPipeline,
-    SamplingRow,
-    SamplingRows,
     TemperatureStrategy,
     TopKStrategy,
     TopPStrategy,
-    apply_penalties,
     inverse_cdf,
-    sample,
-    sample_batch,
-    sample_rows,
 )
+from worker.sampling.rows import TOP_P_CANDIDATES, SamplingRow, SamplingRows
+from worker.sampling.sampler import sample, sample_batch, sample_rows
 
 # Probabilities whose cumulative sums stay far from the p values used below.
 PROBS = [0.05, 0.5, 0.1, 0.2, 0.15]

@@ -10,15 +10,12 @@ import torch
 from tests.worker.model_factory import hf_model, save_hf
 from tests.worker.native import needs_native_kernels
 from worker.kernels.layout import pack_q4_1
-from worker.model import loader
+from worker.model import precision
 from worker.model.block_linear import BlockLinear
 from worker.model.linear import PackedLinear
-from worker.model.loader import (
-    load_model,
-    resolve_dtype,
-    resolve_model_dir,
-    resolve_quantization,
-)
+from worker.model.loader import load_model
+from worker.model.model_dir import resolve_model_dir
+from worker.model.precision import resolve_dtype, resolve_quantization
 
 CPU = torch.device("cpu")
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -68,12 +65,12 @@ def test_auto_leaves_float_weights_float(tmp_path):
 def test_auto_is_none_off_the_cpu_and_without_the_kernels(tmp_path, monkeypatch):
     folder = q4_1_folder(tmp_path)
     assert resolve_quantization("auto", folder, torch.device("cuda")) == (None, False)
-    monkeypatch.setattr(loader, "native_kernels_available", lambda: False)
+    monkeypatch.setattr(precision, "native_kernels_available", lambda: False)
     assert resolve_quantization("auto", folder, CPU) == (None, False)
 
 
 def test_q4_1_without_the_kernels_is_refused_up_front(tmp_path, monkeypatch):
-    monkeypatch.setattr(loader, "native_kernels_available", lambda: False)
+    monkeypatch.setattr(precision, "native_kernels_available", lambda: False)
     with pytest.raises(ValueError, match="q4_1 needs the native CPU kernels"):
         resolve_quantization("q4_1", tmp_path, CPU)
 

@@ -38,7 +38,7 @@ class Row:
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    from worker.model.loader import default_model_path, resolve_model_dir
+    from worker.model.model_dir import default_model_path, resolve_model_dir
 
     return Tokenizer(resolve_model_dir(default_model_path()))
 
