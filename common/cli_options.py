@@ -121,9 +121,16 @@ def add_flags(
             action="append" if flag.kind == "repeat" else "store",
             default=list(flag.default) if flag.kind == "repeat" else flag.default,  # type: ignore[call-overload]
             choices=spec.choices,
-            metavar=spec.metavar,
+            metavar=spec.metavar or _default_metavar(flag),
             help=spec.help,
         )
+
+
+def _default_metavar(flag: Flag) -> str | None:
+    """`--threads N`-style help reads THREADS, from the flag, not the field (`num_threads`)."""
+    if flag.spec.choices:
+        return None  # argparse lists the choices instead
+    return flag.flag.removeprefix("--").replace("-", "_").upper()
 
 
 def build(

@@ -119,3 +119,11 @@ def test_a_new_field_is_one_declaration():
     args = parse(MoreKnobs, ["--draft-tokens", "4"])
     assert build(MoreKnobs, args).draft_tokens == 4
     assert "--draft-tokens=4" in to_argv(MoreKnobs(draft_tokens=4))
+
+
+def test_help_names_a_value_after_its_flag_and_lists_choices():
+    parser = argparse.ArgumentParser()
+    add_flags(parser, Knobs)
+    usage = parser.format_usage()
+    assert "--threads THREADS" in usage and "--ratio R" in usage
+    assert "--mode {a,b}" in usage and "--tag TAG" in usage
