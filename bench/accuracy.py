@@ -10,7 +10,7 @@ from bench.workloads import SYSTEM_PROMPT_W2, TENANTS, tenant_system_prompt
 from worker.model.batch import ForwardBatch
 from worker.model.llama import LlamaModel
 from worker.model.loader import load_model
-from worker.tokenizer import Tokenizer
+from worker.text.tokenizer import Tokenizer
 
 FIXED_TEXT = " ".join([SYSTEM_PROMPT_W2, *(tenant_system_prompt(*t) for t in TENANTS[:2])])
 

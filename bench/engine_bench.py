@@ -26,8 +26,8 @@ from bench.measure import (
 )
 from bench.server import Server
 from bench.workloads import w1, w2
-from worker.engine import InferenceEngine
-from worker.model.loader import resolve_model_dir
+from worker.engine.inference_engine import InferenceEngine
+from worker.model.model_dir import resolve_model_dir
 
 WORKLOADS = {"W1": w1, "W2": w2}
 

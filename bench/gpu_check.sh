@@ -47,14 +47,14 @@ echo "== W1 throughput on cuda:0"
 measure() {  # label, then astrai serve arguments
   local label="$1"; shift
   local port=8431
-  "$python" -m common.cli --log-level warning serve --port "$port" --device cuda:0 "$@" \
+  "$python" -m launcher --log-level warning serve --port "$port" --device cuda:0 "$@" \
     > "$out/serve-$label.log" 2>&1 &
   local pid=$!
   for _ in $(seq 300); do
     curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
     sleep 1
   done
-  "$python" -m common.cli bench --url "http://127.0.0.1:$port" --concurrency 1,32 \
+  "$python" -m launcher bench --url "http://127.0.0.1:$port" --concurrency 1,32 \
     --num-requests 32 --max-tokens 128 --ignore-eos --no-progress --out "$out/$label" \
     | sed "s/^/$label  /" | grep -E "\|"
   kill "$pid"; wait "$pid" || true

@@ -18,7 +18,7 @@ from bench.loadgen import LoadSpec, drive_load
 from bench.server import Server
 from bench.summary import summarize
 from bench.workloads import w1
-from worker.cpu_info import describe as describe_cpu
+from worker.machine.cpu_info import describe as describe_cpu
 
 # An answer with a list longer than the token budget: constrained rows generate as many
 # tokens as free ones (each run is cut at 128), so tokens per second compare like for like.
@@ -85,11 +85,11 @@ def throughput(server: Server, rounds: int, requests: int) -> list[dict[str, Any
 
 def compile_times() -> dict[str, float]:
     """Milliseconds to get a matcher for the tool schema: grammar and matcher, cold then cached."""
+    from common.sampling_params import SamplingParams
     from common.tool_calls import _compiled, tool_call_grammar
-    from worker.grammar import GrammarCompiler
-    from worker.model.loader import default_model_path, resolve_model_dir
-    from worker.sampling_params import SamplingParams
-    from worker.tokenizer import Tokenizer
+    from worker.model.model_dir import default_model_path, resolve_model_dir
+    from worker.sampling.grammar import GrammarCompiler
+    from worker.text.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(resolve_model_dir(default_model_path()))
     compiler = GrammarCompiler(tokenizer.transformers_tokenizer, tokenizer.vocab_size)

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import torch
 
-from worker.cpu_info import describe
 from worker.kernels.build import native_kernels_available
+from worker.machine.cpu_info import describe
 from worker.model.block_linear import BlockLinear, pack_blocks
 from worker.model.int4 import Int4Linear
 from worker.model.linear import PackedLinear

@@ -15,9 +15,9 @@ from bench.loadgen import LoadSpec, drive_load
 from bench.server import LlamaServer, Server
 from bench.summary import summarize
 from bench.workloads import Workload
-from worker.engine import InferenceEngine
-from worker.sampling_params import SamplingParams
-from worker.sequence import TokenEvent
+from common.sampling_params import SamplingParams
+from worker.engine.inference_engine import InferenceEngine
+from worker.engine.sequence import TokenEvent
 
 
 @dataclass

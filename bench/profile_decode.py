@@ -12,8 +12,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from bench.workloads import w1
-from worker.engine import InferenceEngine
-from worker.sampling_params import SamplingParams
+from common.sampling_params import SamplingParams
+from worker.engine.inference_engine import InferenceEngine
 
 
 def profile_decode(batch: int, steps: int, options: dict[str, Any]) -> str:

@@ -13,9 +13,9 @@ import time
 
 from bench.loadgen import LoadSpec, drive_load
 from bench.workloads import w1, w2
-from worker.engine import InferenceEngine
-from worker.sampling_params import SamplingParams
-from worker.sequence import TokenEvent
+from common.sampling_params import SamplingParams
+from worker.engine.inference_engine import InferenceEngine
+from worker.engine.sequence import TokenEvent
 
 
 def w2_waves(concurrency: int = 32, num_requests: int = 64) -> list[float]:

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import ClassVar
 
-from common.supervisor import free_loopback_port
+from common.ports import free_loopback_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,7 @@ class Server:
         self.worker_bind = worker_bind or f"tcp://127.0.0.1:{free_loopback_port()}"
         self.url = f"http://127.0.0.1:{self.port}"
         self.workers = workers
-        argv = [sys.executable, "-m", "common.cli", "--log-level", "warning", command]
+        argv = [sys.executable, "-m", "launcher", "--log-level", "warning", command]
         argv += ["--port", str(self.port), *args]
         if command == "serve":
             argv += ["--workers", str(workers)]
@@ -172,7 +172,7 @@ class WorkerProcess:
 
     def __init__(self, gateway: str, *args: str, worker_id: str) -> None:
         self.worker_id = worker_id
-        argv = [sys.executable, "-m", "common.cli", "--log-level", "warning", "worker"]
+        argv = [sys.executable, "-m", "launcher", "--log-level", "warning", "worker"]
         argv += ["--gateway", gateway, "--worker-id", worker_id, "--threads", "1", *args]
         device = os.environ.get("ASTRAI_TEST_DEVICE")
         if device and "--device" not in args:

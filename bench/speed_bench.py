@@ -27,9 +27,9 @@ from bench.server import REPO, LlamaServer, Server
 from bench.speed_report import goals_table, mixed_table, runs_table
 from bench.summary import summarize
 from bench.workloads import TENANTS, mixed, tenant_system_prompt, w1, w2
-from worker.cpu_info import describe as describe_cpu
 from worker.kernels.plan import kernel_plan
-from worker.model.loader import default_model_path, resolve_model_dir
+from worker.machine.cpu_info import describe as describe_cpu
+from worker.model.model_dir import default_model_path, resolve_model_dir
 
 WORKLOADS = {"W1": w1, "W2": w2}
 MIXED_RATES = (0.5, 1.0, 2.0)

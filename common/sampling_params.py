@@ -159,7 +159,7 @@ class SamplingParams(BaseModel):
     n: Annotated[int, integer(1, MAX_N)] = 1
     skip_special_tokens: Annotated[bool, boolean()] = True
     # {"type": "json_object"} or {"type": "json_schema", "schema": {...}, "strict": bool}:
-    # the output is constrained to it token by token (worker/grammar.py).
+    # the output is constrained to it token by token (worker/sampling/grammar.py).
     structured_output: Annotated[dict[str, Any] | None, PlainValidator(_structured_output)] = None
     # Functions the model may call ({name, description, parameters, strict}), and whether it
     # must: "auto", "none", "required" or {"name": …}; its calls are constrained to them.

@@ -1,6 +1,6 @@
 """Tool calls as the model writes them, and the grammar that keeps them well-formed.
 
-A model without tool support in its chat template is told (worker/tool_prompt.py) to call a
+A model without tool support in its chat template is told (worker/text/tool_prompt.py) to call a
 function by writing `<tool_call>{"name": …, "arguments": {…}}</tool_call>`, one per line.
 Under tool choice `required` (Anthropic `any`) or a named function the whole answer is such
 calls; under `auto` it is either calls or plain text that does not start with `<`, and once a

@@ -1,7 +1,7 @@
-"""`python -m gateway`: the same as `astrai gateway`."""
+"""`python -m gateway`: the HTTP gateway alone, the same as `astrai gateway`."""
 
 import sys
 
-from common.cli import main
+from gateway.cli import main
 
-sys.exit(main(["gateway", *sys.argv[1:]]))
+sys.exit(main())

@@ -1,34 +1,102 @@
-"""GatewayConfig: every gateway setting, validated when built."""
+"""GatewayConfig: every gateway setting, validated when built; its flags are declared here."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from common.cli_options import option
 from common.wire import DEFAULT_MAX_FRAME_BYTES, DEFAULT_WORKER_BIND
+from gateway.router import POLICIES
 
 
 @dataclass(frozen=True)
 class GatewayConfig:
-    host: str = "127.0.0.1"
-    port: int = 8000
-    worker_bind: str = DEFAULT_WORKER_BIND
-    api_key: str | None = None
-    max_body_bytes: int = 8 * 1024 * 1024
+    """Fields with `option(...)` metadata are the flags of `astrai gateway` and `serve`."""
+
+    host: str = field(default="127.0.0.1", metadata=option("HTTP bind address (loopback)"))
+    port: int = field(default=8000, metadata=option("HTTP port"))
+    worker_bind: str = field(
+        default=DEFAULT_WORKER_BIND, metadata=option("ZeroMQ address the workers dial")
+    )
+    api_key: str | None = field(
+        default=None,
+        metadata=option("clients must send it (default: $ASTRAI_API_KEY)", env="ASTRAI_API_KEY"),
+    )
+    max_body_bytes: int = field(
+        default=8 * 1024 * 1024, metadata=option("larger request bodies get 413")
+    )
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    routing: str = "cache_aware"
-    heartbeat_timeout_s: float = 3.0
+    routing: str = field(
+        default="cache_aware",
+        metadata=option("how a worker is picked for a request", choices=tuple(POLICIES)),
+    )
+    heartbeat_timeout_s: float = field(
+        default=3.0,
+        metadata=option(
+            "a worker silent for longer is dropped", flag="--heartbeat-timeout", metavar="SECONDS"
+        ),
+    )
     accept_timeout_s: float = 60.0  # a worker that never answers Submit
     submit_attempts: int = 2  # a request not yet accepted is retried once elsewhere
-    max_in_flight: int = 256  # requests being served at once
-    max_queued: int = 512  # more requests waiting for a turn; beyond: 429 / 529
-    queue_timeout_s: float = 30.0
-    drain_timeout_s: float = 30.0  # SIGTERM: how long in-flight streams may take to finish
-    header_timeout_s: float = 10.0  # a request line + headers slower than this: 408, closed
-    body_timeout_s: float = 30.0  # a request body slower than this is refused with 408
-    curve_secret_key: str | None = None  # the gateway's .key_secret: encrypt worker links
-    curve_authorized_keys: str | None = None  # folder of worker .key files allowed in
-    cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API; "*": any
-    console: bool = True  # the web console at GET / (playground and live dashboard)
+    max_in_flight: int = field(default=256, metadata=option("requests being served at once"))
+    max_queued: int = field(
+        default=512, metadata=option("more requests waiting for a turn; beyond: 429 / 529")
+    )
+    queue_timeout_s: float = field(
+        default=30.0,
+        metadata=option(
+            "a request waiting longer for a turn gets 429 / 529",
+            flag="--queue-timeout",
+            metavar="SECONDS",
+        ),
+    )
+    drain_timeout_s: float = field(
+        default=30.0,
+        metadata=option(
+            "on SIGTERM, how long running requests may take to finish",
+            flag="--drain-timeout",
+            metavar="SECONDS",
+        ),
+    )
+    header_timeout_s: float = field(
+        default=10.0,
+        metadata=option(
+            "a client that takes longer to send its request line and headers gets 408",
+            flag="--header-timeout",
+            metavar="SECONDS",
+        ),
+    )
+    body_timeout_s: float = field(
+        default=30.0,
+        metadata=option(
+            "a client that takes longer to send its request body gets 408",
+            flag="--body-timeout",
+            metavar="SECONDS",
+        ),
+    )
+    curve_secret_key: str | None = field(
+        default=None,
+        metadata=option("gateway .key_secret (CURVE): encrypt the worker links"),
+    )
+    curve_authorized_keys: str | None = field(
+        default=None, metadata=option("folder of worker .key files allowed")
+    )
+    cors_origins: tuple[str, ...] = field(
+        default=(),
+        metadata=option(
+            "let browser pages from ORIGIN (e.g. http://localhost:3000, or *) call the API; "
+            "repeatable; CORS is off without it",
+            flag="--cors-origin",
+            metavar="ORIGIN",
+        ),
+    )
+    console: bool = field(
+        default=True,
+        metadata=option(
+            "do not serve the web console at / (then / is a 404 like any unknown route)",
+            flag="--no-console",
+        ),
+    )
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

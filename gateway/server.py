@@ -9,6 +9,7 @@ from types import FrameType
 
 import uvicorn
 
+from gateway.access_log import quiet_health_polls
 from gateway.app import Gateway
 from gateway.config import GatewayConfig
 from gateway.header_timeout import head_deadline_protocol
@@ -69,4 +70,5 @@ def run_gateway(config: GatewayConfig, log_level: str = "info") -> None:
         timeout_graceful_shutdown=5,
         http=protocol,
     )
+    quiet_health_polls()  # after uvicorn.Config, which configures its loggers
     DrainingServer(server_config, gateway).run()

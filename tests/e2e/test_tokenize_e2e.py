@@ -127,7 +127,7 @@ def test_the_same_chat_gives_the_same_prompt_tokens_over_http_and_in_process(
     default_server: Server,
 ):
     from common.sampling_params import SamplingParams
-    from worker.engine import InferenceEngine
+    from worker.engine.inference_engine import InferenceEngine
 
     body = {"messages": _openai_shape(AGREEMENT_CHAT)}
     plain = httpx.post(f"{default_server.url}/tokenize", json=body).json()["tokens"]

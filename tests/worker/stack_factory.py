@@ -8,16 +8,16 @@ from pathlib import Path
 import torch
 
 from common.sampling_params import SamplingParams
+from worker.engine.output_processor import OutputProcessor
+from worker.engine.request import RequestFactory
+from worker.engine.runner import ModelRunner
+from worker.engine.scheduler import InferenceScheduler, SchedulerConfig
+from worker.engine.sequence import TokenEvent
 from worker.kv.base import KVStorage
 from worker.kv.paged import PageCache
 from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
-from worker.postprocess import OutputProcessor
-from worker.request import RequestFactory
-from worker.runner import ModelRunner
-from worker.scheduler import InferenceScheduler, SchedulerConfig
-from worker.sequence import TokenEvent
-from worker.tokenizer import Tokenizer
+from worker.text.tokenizer import Tokenizer
 
 TINY = ModelConfig(
     model_type="llama",

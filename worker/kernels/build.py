@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from worker.cpu_info import cpu_signature
-from worker.paths import cache_root
+from worker.machine.cpu_info import cpu_signature
+from worker.machine.paths import cache_root
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,10 @@
 """KernelPlan: which matmul kernels and layouts this CPU runs fastest, measured once and cached.
 
-Instruction-set flags decide what can run (worker/cpu_info.py, worker/kernels/build.py); they
-do not decide what runs fastest: the same float32 matmul layout was 1.4x faster on an AVX-512
-Xeon and 2.5x slower on an AVX2 EPYC. So a short probe (well under a second) times the
-candidates on shapes of the default model, and the choice is cached per CPU signature and
-torch version under `<cache>/kernels/`.
+Instruction-set flags decide what can run (worker/machine/cpu_info.py,
+worker/kernels/build.py); they do not decide what runs fastest: the same float32 matmul layout
+was 1.4x faster on an AVX-512 Xeon and 2.5x slower on an AVX2 EPYC. So a short probe (well
+under a second) times the candidates on shapes of the default model, and the choice is cached
+per CPU signature and torch version under `<cache>/kernels/`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from worker.cpu_info import cpu_signature
 from worker.kernels.build import build_key, native_kernels_available
+from worker.machine.cpu_info import cpu_signature
+from worker.machine.paths import cache_root
 from worker.model.linear import PackedLinear, mkldnn_linear_supports
-from worker.paths import cache_root
 
 log = logging.getLogger(__name__)
 

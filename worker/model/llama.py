@@ -1,4 +1,4 @@
-"""Llama-family decoder (Llama, Mistral, Qwen2, SmolLM); attention reads and writes a KV cache."""
+"""Llama-family decoder (Llama, Mistral, Qwen2, SmolLM): norms, MLP, blocks, packed logits."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from torch import nn
 from worker.kernels.build import native_kernels_available
 from worker.kernels.plan import KernelPlan
 from worker.model import native_decode
+from worker.model.attention import Attention
 from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.block_linear import BlockLinear
 from worker.model.config import ModelConfig
 from worker.model.linear import PackedLinear
 from worker.model.packing import LINEAR_PATHS, block_linear, check_quantization, pack_linear
-from worker.model.rope import apply_rope, rope_tables
+from worker.model.rope import rope_tables
 
 
 class RMSNorm(nn.Module):
@@ -29,105 +30,6 @@ class RMSNorm(nn.Module):
         # Normalise in float32 like the reference implementation, scale in the weights' dtype.
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return self.weight * normed.to(self.weight.dtype)
-
-
-class Attention(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.num_heads = config.num_heads
-        self.num_kv_heads = config.num_kv_heads
-        self.head_dim = config.head_dim
-        self.group = config.kv_group_size
-        self.window = config.sliding_window or 0  # 0: attend to the whole context
-        qkv_out = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim
-        # q, k and v projections fused into one matmul; the loader concatenates the weights.
-        self.qkv_proj = nn.Linear(config.hidden_size, qkv_out, bias=config.qkv_bias)
-        self.o_proj = nn.Linear(
-            config.num_heads * config.head_dim, config.hidden_size, bias=config.o_bias
-        )
-
-    def forward(
-        self,
-        x: torch.Tensor,  # (N, hidden)
-        cos: torch.Tensor,  # (N, 1, D)
-        sin: torch.Tensor,  # (N, 1, D)
-        batch: ForwardBatch,
-        kv: LayerKV,
-    ) -> torch.Tensor:
-        n = x.shape[0]
-        h, kvh = self.num_heads, self.num_kv_heads
-        qkv = self.qkv_proj(x).view(n, h + 2 * kvh, self.head_dim)
-        qk = apply_rope(qkv[:, : h + kvh], cos, sin)  # (N, H + KVH, D), RoPE before the write
-        q, k, v = qk[:, :h], qk[:, h:], qkv[:, h + kvh :]
-        k_cache, v_cache = kv
-        k_cache.index_copy_(0, batch.write_slots, k.to(k_cache.dtype))
-        v_cache.index_copy_(0, batch.write_slots, v.to(v_cache.dtype))
-        out = self._attend(q, k_cache, v_cache, batch)  # (N, H * D)
-        return self.o_proj(out)
-
-    def _attend(
-        self,
-        q: torch.Tensor,  # (N, H, D)
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        batch: ForwardBatch,
-    ) -> torch.Tensor:
-        # Prefill attention runs in float32 on the CPU, where bf16 arithmetic is slower
-        # (1.65x for a 512-token prompt); one-row decode runs in the cache's dtype, as
-        # converting every cached row would cost more than it saves.
-        dtype = k_cache.dtype
-        if batch.max_query_len > 1 and q.device.type == "cpu":
-            dtype = torch.float32
-        if batch.seq_lengths is not None:
-            return self._attend_each(q.to(dtype), k_cache, v_cache, batch).to(q.dtype)
-        b = batch.num_seqs
-        qlen = batch.max_query_len
-        d, kvh, g = self.head_dim, self.num_kv_heads, self.group
-        # index_select on the flattened rows is ~4x faster than k_cache[read_slots] on CPU.
-        rows = batch.read_slots.view(-1)
-        shape = (b, batch.read_slots.shape[1], kvh, d)
-        keys = k_cache.index_select(0, rows).view(shape).to(dtype).transpose(1, 2)  # (B,KVH,T,D)
-        values = v_cache.index_select(0, rows).view(shape).to(dtype).transpose(1, 2)
-        if batch.query_index is None:  # every sequence feeds one token: N == B
-            grouped = q.to(dtype).view(b, kvh, g, d)  # (B, KVH, G, D)
-        else:
-            padded = q.new_zeros(b * qlen, self.num_heads, d, dtype=dtype)
-            padded.index_copy_(0, batch.query_index, q.to(dtype))
-            # Query heads of one kv group sit together: (B, KVH, Q*G, D), row = q*G + g.
-            grouped = padded.view(b, qlen, kvh, g, d).transpose(1, 2).reshape(b, kvh, qlen * g, d)
-        out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=batch.mask)
-        if batch.query_index is None:
-            return out.reshape(b, self.num_heads * d)
-        out = out.view(b, kvh, qlen, g, d).transpose(1, 2).reshape(b * qlen, self.num_heads * d)
-        return out.index_select(0, batch.query_index).to(q.dtype)
-
-    def _attend_each(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: ForwardBatch
-    ) -> torch.Tensor:
-        """Attention one sequence at a time: no query or key padding to compute through.
-
-        A 24-token tail and an 88-token chunk in one padded forward cost as much as 20
-        88-token chunks; per sequence, each pays for its own rows (2x faster prefill of a
-        W2 wave, docs/BENCHMARKS.md).
-        """
-        d, kvh, g = self.head_dim, self.num_kv_heads, self.group
-        assert batch.seq_lengths is not None
-        outs = []
-        offset = 0
-        for i, (qlen, klen) in enumerate(batch.seq_lengths):
-            rows = batch.read_slots[i, :klen]
-            keys = k_cache.index_select(0, rows).to(q.dtype).view(klen, kvh, d).transpose(0, 1)
-            values = v_cache.index_select(0, rows).to(q.dtype).view(klen, kvh, d).transpose(0, 1)
-            # (KVH, Q*G, D), row q*G + g: the layout of the batch's mask rows.
-            grouped = q[offset : offset + qlen].view(qlen, kvh, g, d).transpose(0, 1)
-            grouped = grouped.reshape(kvh, qlen * g, d)
-            mask = batch.mask[i : i + 1, :, : qlen * g, :klen]
-            # 4-d inputs: with 3-d ones the CPU falls back from the flash kernel to a slow
-            # reference path (bmm, where, softmax: 3x the time, measured).
-            out = F.scaled_dot_product_attention(grouped[None], keys[None], values[None], mask)
-            outs.append(out[0].view(kvh, qlen, g, d).transpose(0, 1).reshape(qlen, kvh * g * d))
-            offset += qlen
-        return torch.cat(outs)
 
 
 class MLP(nn.Module):

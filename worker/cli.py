@@ -1,0 +1,67 @@
+"""The worker's command line: its flags (the fields of its options classes), and running it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+
+from common.cli_options import add_flags, build
+from common.log_setup import add_log_level, configure_logging
+from worker.engine.options import EngineOptions
+from worker.server.process_options import WorkerProcessOptions
+from worker.server.worker_config import WorkerConfig
+
+OPTION_CLASSES = (WorkerConfig, WorkerProcessOptions, EngineOptions)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for cls in OPTION_CLASSES:
+        add_flags(parser, cls)
+
+
+def worker_command(args: argparse.Namespace) -> Callable[[], int]:
+    """The worker's run, its options all checked (a bad one raises ValueError here)."""
+    worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    link = build(WorkerConfig, args, worker_id=worker_id)
+    engine = build(EngineOptions, args)
+    process = build(WorkerProcessOptions, args)
+    return lambda: run(link, engine, process)
+
+
+def run(link: WorkerConfig, engine: EngineOptions, process: WorkerProcessOptions) -> int:
+    """Load the model, then serve until drained or stopped."""
+    from worker.engine.inference_engine import InferenceEngine  # torch: only once it runs
+    from worker.server.process import serve_worker
+
+    inference = InferenceEngine(process.model, **dataclasses.asdict(engine))
+    serve_worker(inference, link, process.health_port)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`python -m worker`'s parser: `astrai worker`'s flags, `--log-level` among them."""
+    parser = argparse.ArgumentParser(prog="python -m worker", description="AstrAI worker")
+    add_log_level(parser)
+    add_arguments(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m worker`: the same as `astrai worker`, without the launcher."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        command = worker_command(args)
+    except ValueError as exc:  # a value the flag's type allows but an options class refuses
+        parser.error(str(exc))
+    configure_logging(args.log_level)
+    return command()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

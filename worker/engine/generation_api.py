@@ -1,0 +1,122 @@
+"""GenerationAPI: text for plain prompts over submit/abort, blocking, streamed or async."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import queue
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from common.sampling_params import SamplingParams
+from worker.engine.event_stream import put_tagged, raise_on_error, until_finished
+from worker.engine.request import GenerationRequest, Prompt
+from worker.engine.sequence import EventSink, TokenEvent
+
+
+class GenerationAPI(ABC):
+    """The seed API: every call submits through `submit` and, when its consumer stops early or
+    fails, aborts through `abort` so the request's pages are freed at once."""
+
+    @abstractmethod
+    def submit(
+        self,
+        prompt: Prompt,
+        params: SamplingParams,
+        sink: EventSink,
+        request_id: str | None = None,
+        chat: bool = True,
+    ) -> tuple[str, int]:
+        """Queue one request whose events go to `sink`; (request id, prompt tokens)."""
+
+    @abstractmethod
+    def abort(self, request_id: str) -> None:
+        """Stop a request and free what it holds."""
+
+    def _start(
+        self, prompt: Prompt, chat: bool, sampling: dict[str, Any], sink: EventSink
+    ) -> tuple[str, int]:
+        """Submit with keyword settings; (request id, number of choices)."""
+        params = SamplingParams.from_kwargs(**sampling)
+        request_id, _ = self.submit(prompt, params, sink, chat=chat)
+        return request_id, params.n
+
+    def generate(
+        self,
+        prompt: Prompt | list[Prompt],
+        stream: bool = False,
+        chat: bool = True,
+        **sampling: Any,
+    ) -> Any:
+        """str for a prompt, list[str] for a list of prompts; stream=True yields text pieces
+        (for a list: (index, text) pairs). A list of role/content dicts is one chat prompt."""
+        if _is_batch(prompt):
+            if stream:
+                return self._stream_many(prompt, chat, sampling)  # type: ignore[arg-type]
+            return [self.generate(p, chat=chat, **sampling) for p in prompt]  # type: ignore[union-attr]
+        events: queue.Queue[TokenEvent] = queue.Queue()
+        request_id, num_choices = self._start(prompt, chat, sampling, events.put)  # type: ignore[arg-type]
+        if stream:
+            return self._stream_one(request_id, num_choices, events)
+        texts = [""] * num_choices
+        for _, event in until_finished(events, num_choices):
+            texts[event.index] += event.text
+        return texts[0] if num_choices == 1 else texts
+
+    def generate_with_request(self, request: GenerationRequest) -> Any:
+        return self.generate(request.messages, stream=request.stream, **request.sampling_kwargs())
+
+    def _stream_one(
+        self, request_id: str, num_choices: int, events: queue.Queue[TokenEvent]
+    ) -> Iterator[str]:
+        try:
+            for _, event in until_finished(events, num_choices):
+                if event.text:
+                    yield event.text
+        finally:
+            self.abort(request_id)  # a consumer that stops early frees the pages at once
+
+    def _stream_many(
+        self, prompts: list[Prompt], chat: bool, sampling: dict[str, Any]
+    ) -> Iterator[tuple[int, str]]:
+        merged: queue.Queue[tuple[int, TokenEvent]] = queue.Queue()
+        submitted = [
+            self._start(p, chat, sampling, functools.partial(put_tagged, merged, i))
+            for i, p in enumerate(prompts)
+        ]
+        try:
+            for index, event in until_finished(merged, sum(n for _, n in submitted)):
+                if event.text:
+                    yield index, event.text
+        finally:
+            for request_id, _ in submitted:
+                self.abort(request_id)
+
+    async def generate_async(
+        self, prompt: Prompt, chat: bool = True, **sampling: Any
+    ) -> AsyncIterator[str]:
+        """Text pieces of one prompt as they are generated, without blocking the loop."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        params = SamplingParams.from_kwargs(**sampling)
+
+        def sink(event: TokenEvent) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        request_id, _ = self.submit(prompt, params, sink, chat=chat)
+        remaining = params.n
+        try:
+            while remaining:
+                event = await events.get()
+                raise_on_error(event)
+                remaining -= event.finish_reason is not None
+                if event.text:
+                    yield event.text
+        finally:
+            self.abort(request_id)
+
+
+def _is_batch(prompt: Any) -> bool:
+    """A list of prompts (strings or message lists), as opposed to one chat's messages."""
+    return isinstance(prompt, list) and bool(prompt) and not isinstance(prompt[0], dict)

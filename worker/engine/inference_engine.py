@@ -1,0 +1,200 @@
+"""InferenceEngine: the in-process API — load a model, submit and abort requests, report state."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from common.sampling_params import SamplingParams
+from worker.engine.cache_factory import build_cache
+from worker.engine.compiled_decode import CompiledDecode
+from worker.engine.generation_api import GenerationAPI
+from worker.engine.machine_choices import MachineChoices
+from worker.engine.options import EngineOptions
+from worker.engine.output_processor import OutputProcessor
+from worker.engine.request import Prompt, RequestFactory
+from worker.engine.runner import ModelRunner
+from worker.engine.scheduler import InferenceScheduler, SchedulerConfig
+from worker.engine.sequence import EventSink
+from worker.model.loader import load_config, load_model
+from worker.model.model_dir import resolve_model_dir
+from worker.text.tokenizer import Tokenizer
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+log = logging.getLogger(__name__)
+
+
+class InferenceEngine(GenerationAPI):
+    """Loads a model (the embedded default when none is given) and serves it in-process;
+    `generate` and `generate_async` come from GenerationAPI."""
+
+    def __init__(self, model: str | Path | None = None, **options: Any) -> None:
+        self.options = EngineOptions(**options)
+        self.model_name = self.options.served_model_name or (
+            Path(model).stem if model is not None else DEFAULT_MODEL_NAME
+        )
+        loaded = threading.Event()
+        failures: list[BaseException] = []
+        self._thread = threading.Thread(
+            target=self._engine_thread,
+            args=(model, loaded, failures),
+            name="inference-engine",
+            daemon=True,
+        )
+        self._thread.start()
+        loaded.wait()
+        if failures:
+            self._thread.join()
+            raise failures[0]
+
+    def _engine_thread(
+        self, model: str | Path | None, loaded: threading.Event, failures: list[BaseException]
+    ) -> None:
+        """Load the model, then run the scheduler loop, all on this one thread.
+
+        Every parallel torch operation of the engine happens here. With libgomp, a second
+        thread that runs OpenMP regions while another thread's team exists gets throttled
+        spinning, and the engine's many small ops slow down about 1.5x (docs/BENCHMARKS.md);
+        keeping loading and stepping on one thread avoids a second team.
+        """
+        try:
+            self._load(model)
+        except BaseException as exc:  # handed to the constructor, which raises it
+            failures.append(exc)
+            loaded.set()
+            return
+        loaded.set()
+        self.scheduler.run()
+
+    def _load(self, model: str | Path | None) -> None:
+        opts = self.options
+        if opts.num_threads is not None:
+            torch.set_num_threads(opts.num_threads)
+        device = torch.device(opts.device)
+        self.model_dir = resolve_model_dir(model)
+        config = load_config(self.model_dir)
+        self.config = config
+        choices = MachineChoices.resolve(opts, self.model_dir)
+        self.quantization, self.dtype = choices.quantization, choices.dtype
+        self.model = load_model(
+            self.model_dir,
+            self.dtype,
+            device,
+            quantization=choices.quantization,
+            exact_only=choices.exact_only,
+            plan=choices.plan,
+        )
+        log.info("%s", choices.describe())
+        self.tokenizer = Tokenizer(self.model_dir, config.eos_token_ids)
+        context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
+        self.cache = build_cache(opts, config, self.dtype, device, context)
+        self.max_model_len = min(context, self.cache.max_tokens_per_seq)
+        self.requests = RequestFactory(self.tokenizer, self.max_model_len, config.vocab_size)
+        compiled = None
+        if opts.compile:
+            compiled = CompiledDecode(self.model)
+            compiled.warm_up(self.cache, device)
+        self.scheduler = InferenceScheduler(
+            ModelRunner(self.model, self.cache, compiled),
+            self.cache,
+            OutputProcessor(self.tokenizer),
+            SchedulerConfig(max_seqs=opts.max_seqs, prefill_token_budget=opts.prefill_token_budget),
+        )
+
+    # -- submitting -----------------------------------------------------------------------
+    def submit(
+        self,
+        prompt: Prompt,
+        params: SamplingParams,
+        sink: EventSink,
+        request_id: str | None = None,
+        chat: bool = True,
+    ) -> tuple[str, int]:
+        """Queue one request; events go to `sink` from the scheduler thread.
+
+        Returns (request id, prompt tokens). Raises ValueError for bad input, with nothing
+        queued.
+        """
+        request_id = request_id or self.requests.new_request_id()
+        prompt_ids = self.requests.prompt_token_ids(
+            prompt, chat, params.tools, params.continue_final_message
+        )
+        choices = self.requests.build(request_id, prompt_ids, params, sink)
+        self.scheduler.add(choices)
+        return request_id, len(prompt_ids)
+
+    def tokenize(self, prompt: Prompt, params: SamplingParams, chat: bool = True) -> list[int]:
+        """The prompt token ids a request with `params` would get (its tools rendered too)."""
+        return self.requests.prompt_token_ids(
+            prompt, chat, params.tools, params.continue_final_message
+        )
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        self.requests.check_in_vocab(token_ids, "tokens", "tokens")
+        return self.tokenizer.decode(token_ids, skip_special_tokens=False)
+
+    def submit_prompts(
+        self,
+        prompts: list[str | list[int]],
+        params: SamplingParams,
+        sink: EventSink,
+        request_id: str,
+    ) -> list[list[int]]:
+        """Queue raw prompts (no chat template; text, or token ids used as they are) as one
+        request of n choices each, numbered prompt-major (prompt p's choice i is p * n + i).
+
+        Returns each prompt's token ids. Raises RequestError for bad input, with nothing
+        queued: every prompt is checked before any is.
+        """
+        prompt_ids = self.requests.raw_prompt_ids(prompts)
+        self.scheduler.add(self.requests.build_prompts(request_id, prompt_ids, params, sink))
+        return prompt_ids
+
+    def abort(self, request_id: str) -> None:
+        self.scheduler.abort(request_id)
+
+    def abort_all(self) -> None:
+        self.scheduler.abort_all()
+
+    def is_idle(self) -> bool:
+        """No request queued, waiting or running."""
+        return not self.scheduler.has_work()
+
+    # -- state ------------------------------------------------------------------------------
+    def get_stats(self) -> dict[str, Any]:
+        counters = asdict(self.scheduler.counters)
+        cache = self.cache.stats()
+        bytes_per_page = cache.bytes_reserved // max(1, cache.pages_total)
+        return {
+            **counters,
+            "active_tasks": self.scheduler.num_running,
+            "waiting_queue": self.scheduler.num_waiting,
+            "kv_pages_total": cache.pages_total,
+            "kv_pages_in_use": cache.pages_in_use,
+            "kv_pages_cached": cache.pages_cached,
+            "kv_pages_free": cache.pages_free,
+            "kv_page_size": cache.page_size,
+            "kv_bytes_reserved": cache.bytes_reserved,
+            "kv_bytes_in_use": cache.pages_in_use * bytes_per_page,
+            "kv_bytes_peak_in_use": cache.pages_peak_in_use * bytes_per_page,
+            "prefix_cache_hit_tokens": cache.hit_tokens,
+            "grammar_compile_seconds": self.requests.grammars.compile_seconds,
+            "grammar_mask_seconds": self.scheduler.grammar_masks.mask_seconds,
+            "grammar_masked_rows": self.scheduler.grammar_masks.masked_rows,
+        }
+
+    def shutdown(self) -> None:
+        self.scheduler.stop()
+        self._thread.join(30.0)
+
+    def __enter__(self) -> InferenceEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

@@ -1,0 +1,49 @@
+"""MachineChoices: what an engine runs with on this machine, decided once at load and logged."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from worker.engine.options import EngineOptions
+from worker.kernels.build import native_kernels_available
+from worker.kernels.plan import KernelPlan, kernel_plan
+from worker.machine.cpu_info import describe as describe_cpu
+from worker.model.precision import resolve_dtype, resolve_quantization
+
+
+@dataclass(frozen=True)
+class MachineChoices:
+    device: torch.device
+    quantization: str | None  # resolved: None, "q4_1", "int8" or "int4"
+    exact_only: bool  # q4_1 only where it keeps the checkpoint's values exactly
+    dtype: torch.dtype
+    plan: KernelPlan | None  # the CPU's measured kernel choice; None off the CPU
+
+    @classmethod
+    def resolve(cls, options: EngineOptions, model_dir: Path) -> MachineChoices:
+        device = torch.device(options.device)
+        quantization, exact_only = resolve_quantization(options.quantization, model_dir, device)
+        plan = kernel_plan() if device.type == "cpu" else None
+        if plan is not None and options.compile and plan.float32_layout == "mkldnn":
+            # torch.compile cannot trace oneDNN's packed weights; the next best layout.
+            plan = dataclasses.replace(plan, float32_layout="mm")
+        dtype = resolve_dtype(options.dtype, device, quantization)
+        return cls(device, quantization, exact_only, dtype, plan)
+
+    def describe(self) -> str:
+        """The startup line that says which kernels and layouts this machine got."""
+        if self.device.type != "cpu":
+            return f"device {self.device}, {self.dtype}, quantization {self.quantization or 'none'}"
+        weights = {
+            None: f"{self.dtype} weights",
+            "q4_1": "the file's own Q4_1 codes" if self.exact_only else "Q4_1 blocks (requantized)",
+            "int4": "int4 (torch's kernel)",
+            "int8": "int8 W8A8",
+        }[self.quantization]
+        native = "native kernels built for it" if native_kernels_available() else "torch's kernels"
+        plan = f"; {self.plan.describe()}" if self.plan is not None else ""
+        return f"CPU {describe_cpu()}: {weights}, {native}{plan}"

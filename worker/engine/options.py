@@ -1,0 +1,90 @@
+"""EngineOptions: every knob of an InferenceEngine, checked when it is built; its flags too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from common.cli_options import option
+from worker.model.quantizations import QUANTIZATIONS
+
+KV_CACHE_KINDS = ("paged", "contiguous")
+QUANTIZATION_CHOICES = ("auto", "none", *QUANTIZATIONS)
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Fields with `option(...)` metadata are flags of `astrai worker` and `astrai serve`."""
+
+    device: str = field(
+        default="cpu",
+        metadata=option("cpu, cuda or cuda:K (astrai serve: cuda puts worker i on cuda:i)"),
+    )
+    dtype: str = field(
+        default="auto",
+        metadata=option("weights and activations (auto: per device)", choices=DTYPES),
+    )
+    kv_cache: str = "paged"
+    page_size: int = 16
+    kv_cache_mb: int = field(default=1024, metadata=option("memory for the KV cache, in MiB"))
+    max_seqs: int = field(default=64, metadata=option("sequences decoded together at most"))
+    max_model_len: int | None = field(
+        default=None, metadata=option("context length in tokens (default: the model's)")
+    )
+    prefill_token_budget: int = field(
+        default=512, metadata=option("prompt tokens prefilled per scheduler step at most")
+    )
+    enable_prefix_caching: bool = field(
+        default=True,
+        metadata=option(
+            "do not reuse the KV pages of shared prompt prefixes", flag="--no-prefix-caching"
+        ),
+    )
+    num_threads: int | None = field(
+        default=None, metadata=option("torch CPU threads", flag="--threads")
+    )
+    served_model_name: str | None = field(
+        default=None,
+        metadata=option("name clients use for it (default: from the model's path)"),
+    )
+    # "auto": a Q4_1 GGUF's own codes in the native CPU kernels (q4_1, nothing lost), else
+    # none. "q4_1": Q4_1 layers and a Q8_0 output layer whatever the weights (CPU only).
+    # "int8": W8A8 linear layers, faster at large batches and less exact; "int4": 4-bit
+    # weights for few-row steps (CPU only), float32 for batches. None or "none": float.
+    quantization: str | None = field(
+        default="auto",
+        metadata=option(
+            "auto: a Q4_1 GGUF's own 4-bit codes in native CPU kernels, else none; q4_1: "
+            "Q4_1 layers + Q8_0 output layer for any model (CPU); int8: W8A8 linears (less "
+            "exact); int4: torch's 4-bit kernel; none: float weights",
+            choices=QUANTIZATION_CHOICES,
+        ),
+    )
+    # A faster single stream for a slower start: about a minute per graph on 2 cores, less
+    # once inductor's cache is warm.
+    compile: bool = field(
+        default=False,
+        metadata=option(
+            "torch.compile the decode step of < 16 sequences (faster; ~1-2 min more at start)"
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        if self.kv_cache not in KV_CACHE_KINDS:
+            raise ValueError(f"kv_cache must be one of {KV_CACHE_KINDS}, got {self.kv_cache!r}")
+        for name in ("page_size", "kv_cache_mb", "max_seqs", "prefill_token_budget"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.quantization not in (None, *QUANTIZATION_CHOICES):
+            raise ValueError(
+                f"quantization must be None or one of {QUANTIZATION_CHOICES}, "
+                f"got {self.quantization!r}"
+            )
+        if self.quantization in ("int4", "q4_1") and self.device != "cpu":
+            raise ValueError(
+                f"quantization {self.quantization} runs on the CPU only; use int8 or none on GPUs"
+            )
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")

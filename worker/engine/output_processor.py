@@ -1,0 +1,106 @@
+"""Per-token bookkeeping after sampling: append, stop checks, detokenize, build the event."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import torch
+
+from worker.engine.sequence import FinishReason, Sequence, TokenEvent, TokenLogprob
+from worker.sampling.grammar import GrammarViolation, grammar_finished
+from worker.text.tokenizer import Tokenizer
+from worker.text.tool_parser import ToolCallDelta
+
+
+class OutputProcessor:
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def append_token(
+        self,
+        seq: Sequence,
+        token_id: int,
+        logprob: float | None = None,
+        top_logprobs: Iterable[tuple[int, float]] | None = None,
+    ) -> TokenEvent:
+        """Add a sampled token to `seq`; finish it when a stop condition holds."""
+        seq.token_ids.append(token_id)
+        if seq.first_token_time is None:
+            seq.first_token_time = time.monotonic()
+        params = seq.params
+        text = ""
+        finish: FinishReason | None = None
+        stop: str | int | None = None
+        error: str | None = None
+        if self._is_stop_token(seq, token_id):
+            finish, stop = FinishReason.STOP, token_id
+        else:
+            result = seq.stop_matcher.feed(seq.detokenizer.step(token_id))
+            text = result.text
+            if result.matched is not None:
+                finish, stop = FinishReason.STOP, result.matched
+            elif seq.grammar is not None:
+                try:
+                    if grammar_finished(seq.grammar, token_id):
+                        finish = FinishReason.STOP  # the structured output is complete
+                except GrammarViolation as exc:  # this choice fails; the others go on
+                    finish, error = FinishReason.ERROR, str(exc)
+        if finish is None and len(seq.token_ids) >= seq.max_total_tokens:
+            finish = FinishReason.LENGTH
+        if finish is not None and not isinstance(stop, str):
+            # Ended by a token or by length: what was held back is real output.
+            text += seq.stop_matcher.feed(seq.detokenizer.flush()).text + seq.stop_matcher.flush()
+        tool_calls: list[ToolCallDelta] = []
+        if seq.tool_parser is not None:
+            text, tool_calls = seq.tool_parser.feed(text)
+            if finish is not None:
+                text += seq.tool_parser.flush()
+                if finish == FinishReason.STOP and seq.tool_parser.num_calls:
+                    finish = FinishReason.TOOL_CALLS
+        logprobs: tuple[TokenLogprob, ...] = ()
+        if params.logprobs and logprob is not None:
+            logprobs = (self._logprob(token_id, logprob, top_logprobs or ()),)
+        seq.finish_reason = finish
+        return TokenEvent(
+            request_id=seq.request_id,
+            index=seq.index,
+            text=text,
+            token_ids=(token_id,),
+            logprobs=logprobs,
+            finish_reason=finish,
+            stop=stop,
+            usage=seq.usage() if finish is not None else None,
+            tool_calls=tuple(tool_calls),
+            error=error,
+        )
+
+    def forbid_early_stops(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+        """Rows below min_tokens may not sample a stop token (`logits` row i is seqs[i])."""
+        eos = self.tokenizer.eos_token_ids
+        for row, seq in enumerate(seqs):
+            params = seq.params
+            # A grammar decides alone when its output is complete.
+            if seq.num_output_tokens < params.min_tokens and seq.grammar is None:
+                banned = set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos))
+                if banned:
+                    logits[row, sorted(banned)] = float("-inf")
+
+    def _is_stop_token(self, seq: Sequence, token_id: int) -> bool:
+        params = seq.params
+        if seq.num_output_tokens <= params.min_tokens:
+            return False
+        if token_id in params.stop_token_ids:
+            return True
+        return not params.ignore_eos and token_id in self.tokenizer.eos_token_ids
+
+    def _logprob(
+        self, token_id: int, logprob: float, top: Iterable[tuple[int, float]]
+    ) -> TokenLogprob:
+        decode = self.tokenizer.decode
+        return TokenLogprob(
+            token_id=token_id,
+            text=decode([token_id], skip_special_tokens=False),
+            logprob=logprob,
+            top=tuple((tid, decode([tid], skip_special_tokens=False), lp) for tid, lp in top),
+        )

@@ -1,0 +1,198 @@
+"""Request intake: validate a prompt and its settings, tokenize it, build its choices."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+from collections.abc import Iterable, Mapping
+from collections.abc import Sequence as SequenceABC
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from common.chat import normalize_messages
+from common.sampling_params import SamplingParams
+from worker.engine.sequence import EventSink, Sequence
+from worker.errors import ContextLengthExceeded, RequestError
+from worker.sampling.grammar import GrammarCompiler
+from worker.text.stop_strings import StopStringMatcher
+from worker.text.tokenizer import Tokenizer
+from worker.text.tool_parser import ToolCallParser
+
+Message = Mapping[str, Any]
+Prompt = str | SequenceABC[Message]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """The AstrAI GenerationRequest: chat messages plus sampling settings (the same
+    defaults as SamplingParams: top_k off)."""
+
+    messages: list[dict[str, Any]]
+    top_k: int = 0
+    top_p: float = 1.0
+    temperature: float = 1.0
+    max_tokens: int | None = None
+    stream: bool = False
+    sampling: dict[str, Any] = field(default_factory=dict)  # seed, stop, min_p, penalties…
+
+    def sampling_kwargs(self) -> dict[str, Any]:
+        return {
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            **self.sampling,
+        }
+
+
+class RequestFactory:
+    """Turns a prompt and keyword settings into the Sequences of one request."""
+
+    def __init__(
+        self, tokenizer: Tokenizer, max_model_len: int, vocab_size: int | None = None
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self.grammars = GrammarCompiler(
+            tokenizer.transformers_tokenizer, vocab_size or tokenizer.vocab_size
+        )
+        self._seq_ids = itertools.count()
+        self._request_ids = itertools.count()
+        self._lock = threading.Lock()
+
+    def new_request_id(self) -> str:
+        with self._lock:
+            return f"req-{next(self._request_ids)}"
+
+    def prompt_token_ids(
+        self,
+        prompt: Prompt,
+        chat: bool = True,
+        tools: SequenceABC[Message] = (),
+        continue_final: bool = False,
+    ) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise RequestError("prompt must not be empty", "prompt")
+            try:  # a lone surrogate ("\ud800") cannot be encoded, so cannot be tokenized
+                prompt.encode("utf-8")
+            except UnicodeEncodeError:
+                message = "prompt must be valid Unicode text: it holds a lone surrogate"
+                raise RequestError(message, "prompt") from None
+            if chat and self.tokenizer.has_chat_template:
+                return self.tokenizer.encode_chat([{"role": "user", "content": prompt}], tools)
+            return self.tokenizer.encode(prompt)
+        if isinstance(prompt, SequenceABC):
+            return self.tokenizer.encode_chat(normalize_messages(prompt), tools, continue_final)
+        raise RequestError(
+            f"prompt must be a string or a list of messages, got {type(prompt).__name__}",
+            "prompt",
+        )
+
+    def raw_prompt_ids(self, prompts: SequenceABC[str | SequenceABC[int]]) -> list[list[int]]:
+        """Token ids of raw prompts (no chat template): text is tokenized, token ids are
+        checked against the vocabulary and used as they are."""
+        if not prompts:
+            raise RequestError("prompt must not be empty", "prompt")
+        ids: list[list[int]] = []
+        for p, prompt in enumerate(prompts):
+            if isinstance(prompt, str):
+                ids.append(self.prompt_token_ids(prompt, chat=False))
+                continue
+            if not prompt:
+                raise RequestError(f"prompt[{p}] must not be empty", "prompt")
+            self.check_in_vocab(prompt, f"prompt[{p}]", "prompt")
+            ids.append(list(prompt))
+        return ids
+
+    def check_in_vocab(self, token_ids: Iterable[int], where: str, param: str) -> None:
+        """RequestError unless every id is a row of the model's embedding."""
+        vocab = self.grammars.vocab_size
+        bad = next((t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab), None)
+        if bad is not None:
+            message = f"{where}: token id {bad} is outside the vocabulary (0..{vocab - 1})"
+            raise RequestError(message, param)
+
+    def check_length(
+        self, num_prompt_tokens: int, params: SamplingParams, prompt_param: str = "messages"
+    ) -> int:
+        """The most tokens prompt + output may reach; ContextLengthExceeded if it cannot fit."""
+        limit = self.max_model_len
+        if num_prompt_tokens >= limit:
+            raise ContextLengthExceeded(
+                f"prompt is too long: {num_prompt_tokens} tokens > {limit - 1} maximum "
+                f"(the context holds {limit}, including at least one new token)",
+                prompt_param,
+            )
+        if params.max_tokens is None:
+            return limit
+        if num_prompt_tokens + params.max_tokens > limit:
+            raise ContextLengthExceeded(
+                f"max_tokens {params.max_tokens} + prompt {num_prompt_tokens} tokens "
+                f"exceeds the context of {limit}",
+                "max_tokens",
+            )
+        return num_prompt_tokens + params.max_tokens
+
+    def build(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        sink: EventSink,
+        first_index: int = 0,
+        prompt_param: str = "messages",
+    ) -> list[Sequence]:
+        """The n choices of one prompt, numbered from `first_index`."""
+        max_total = self.check_length(len(prompt_ids), params, prompt_param)
+        self.check_in_vocab((token for token, _ in params.logit_bias), "logit_bias", "logit_bias")
+        # A stop id past the vocabulary would index past the logits (the min_tokens ban).
+        self.check_in_vocab(params.stop_token_ids, "stop_token_ids", "stop_token_ids")
+        # One matcher per choice; the grammar is compiled once (and cached across requests).
+        matchers = [self.grammars.matcher(params) for _ in range(params.n)]
+        with self._lock:
+            seq_ids = [next(self._seq_ids) for _ in range(params.n)]
+        return [
+            Sequence(
+                seq_id=seq_id,
+                request_id=request_id,
+                index=first_index + index,
+                token_ids=list(prompt_ids),
+                num_prompt_tokens=len(prompt_ids),
+                params=params,
+                sink=sink,
+                # Seeded by the index within its prompt: a prompt samples alike in any batch.
+                generator=_generator(params, index),
+                detokenizer=self.tokenizer.detokenizer(prompt_ids, params.skip_special_tokens),
+                stop_matcher=StopStringMatcher(params.stop),
+                max_total_tokens=max_total,
+                grammar=matchers[index],
+                tool_parser=ToolCallParser() if params.calls_tools else None,
+            )
+            for index, seq_id in enumerate(seq_ids)
+        ]
+
+    def build_prompts(
+        self,
+        request_id: str,
+        prompt_ids: list[list[int]],
+        params: SamplingParams,
+        sink: EventSink,
+    ) -> list[Sequence]:
+        """The choices of raw prompts, prompt-major: prompt p's choice i has index p * n + i."""
+        return [
+            seq
+            for p, ids in enumerate(prompt_ids)
+            for seq in self.build(request_id, ids, params, sink, p * params.n, "prompt")
+        ]
+
+
+def _generator(params: SamplingParams, index: int) -> torch.Generator | None:
+    """Each choice's own randomness: seed + choice index, or a fresh random seed."""
+    if params.is_greedy:
+        return None
+    seed = params.seed + index if params.seed is not None else random.getrandbits(63)
+    return torch.Generator().manual_seed(seed)

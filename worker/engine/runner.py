@@ -1,0 +1,126 @@
+"""ModelRunner: turns scheduled token chunks into one packed forward over the KV cache."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from worker.engine.compiled_decode import CompiledDecode
+from worker.kv.base import KVCache
+from worker.model.batch import ForwardBatch
+from worker.model.llama import LlamaModel
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Tokens [start, start + len(token_ids)) of one sequence, fed in this forward."""
+
+    seq_id: int
+    start: int
+    token_ids: Sequence[int]
+    wants_logits: bool  # the chunk ends the sequence's known tokens: sample after it
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.token_ids)
+
+
+class ModelRunner:
+    def __init__(
+        self, model: LlamaModel, cache: KVCache, compiled_decode: CompiledDecode | None = None
+    ) -> None:
+        self.model = model
+        self.cache = cache
+        self.compiled_decode = compiled_decode
+        self.device = model.device
+        self.kv_group_size = model.config.kv_group_size
+        self.sliding_window = model.config.sliding_window
+
+    @torch.inference_mode()
+    def forward(self, chunks: Sequence[Chunk]) -> torch.Tensor:
+        """(S, vocab) float32 logits, one row per chunk that wants them, in chunk order."""
+        input_ids, batch = self.build_batch(chunks)
+        compiled = self.compiled_decode
+        if compiled is not None and compiled.handles(batch):
+            return compiled(input_ids, batch, self.cache.layer_views())
+        return self.model(input_ids, batch, self.cache.layer_views())
+
+    def build_batch(self, chunks: Sequence[Chunk]) -> tuple[torch.Tensor, ForwardBatch]:
+        if not chunks:
+            raise ValueError("a forward needs at least one chunk")
+        lengths = [len(c.token_ids) for c in chunks]
+        if min(lengths) < 1:
+            raise ValueError("every chunk must feed at least one token")
+        if max(lengths) == 1:
+            return self._decode_batch(chunks)
+        return self._packed_batch(chunks, lengths)
+
+    def _packed_batch(
+        self, chunks: Sequence[Chunk], lengths: list[int]
+    ) -> tuple[torch.Tensor, ForwardBatch]:
+        """Any mix of prefill and decode chunks, packed back to back."""
+        ends = [c.end for c in chunks]
+        offsets = torch.tensor([0, *lengths]).cumsum(0)
+        positions = torch.cat([torch.arange(c.start, c.end) for c in chunks])
+        write_slots = torch.tensor(
+            [slot for c in chunks for slot in self.cache.slots(c.seq_id, c.start, c.end)]
+        )
+        read_slots = self.cache.read_slots([c.seq_id for c in chunks], ends)
+        num_keys = read_slots.shape[1]
+        query_len = max(lengths)
+        starts = torch.tensor([c.start for c in chunks])
+        key_pos = torch.arange(num_keys)
+        if query_len == 1:
+            query_index = None
+            query_pos = starts[:, None]  # (B, 1)
+        else:
+            rows = torch.repeat_interleave(torch.arange(len(chunks)), torch.tensor(lengths))
+            within = torch.arange(positions.shape[0]) - offsets[:-1][rows]
+            query_index = rows * query_len + within
+            query_pos = starts[:, None] + torch.arange(query_len)[None, :]  # (B, Q)
+        mask = key_pos[None, None, :] <= query_pos[:, :, None]  # (B, Q, T) causal
+        if self.sliding_window is not None:
+            mask &= key_pos[None, None, :] > query_pos[:, :, None] - self.sliding_window
+        if query_len > 1:
+            mask = mask.repeat_interleave(self.kv_group_size, dim=1)  # rows q*G + g
+        wanted = [i for i, c in enumerate(chunks) if c.wants_logits]
+        logits_index = offsets[1:][wanted] - 1
+        input_ids = torch.tensor([t for c in chunks for t in c.token_ids])
+        device = self.device
+        batch = ForwardBatch(
+            positions=positions.to(device),
+            write_slots=write_slots.to(device),
+            read_slots=read_slots.to(device),
+            mask=mask[:, None].to(device),
+            query_index=None if query_index is None else query_index.to(device),
+            logits_index=logits_index.to(device),
+            max_query_len=query_len,
+            seq_lengths=None if query_len == 1 else tuple(zip(lengths, ends, strict=True)),
+        )
+        return input_ids.to(device), batch
+
+    def _decode_batch(self, chunks: Sequence[Chunk]) -> tuple[torch.Tensor, ForwardBatch]:
+        """build_batch for one new token per sequence, the common step: the same batch with
+        a third of the tensor operations (they cost ~0.4 ms of a 9 ms step at one row)."""
+        starts = [c.start for c in chunks]
+        positions = torch.tensor(starts)
+        write_slots = torch.tensor([self.cache.slots(c.seq_id, c.start, c.end)[0] for c in chunks])
+        read_slots = self.cache.read_slots([c.seq_id for c in chunks], [s + 1 for s in starts])
+        key_pos = torch.arange(read_slots.shape[1])
+        mask = key_pos[None, :] <= positions[:, None]  # (B, T) causal
+        if self.sliding_window is not None:
+            mask &= key_pos[None, :] > positions[:, None] - self.sliding_window
+        wanted = [i for i, c in enumerate(chunks) if c.wants_logits]
+        device = self.device
+        batch = ForwardBatch(
+            positions=positions.to(device),
+            write_slots=write_slots.to(device),
+            read_slots=read_slots.to(device),
+            mask=mask[:, None, None, :].to(device),
+            query_index=None,
+            logits_index=torch.tensor(wanted, dtype=torch.long).to(device),
+            max_query_len=1,
+        )
+        return torch.tensor([c.token_ids[0] for c in chunks]).to(device), batch

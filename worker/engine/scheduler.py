@@ -1,0 +1,220 @@
+"""InferenceScheduler: the continuous-batching step, cleanup → refill → prefill → decode."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+
+import torch
+
+from worker.engine.output_processor import OutputProcessor
+from worker.engine.runner import Chunk, ModelRunner
+from worker.engine.scheduler_config import SchedulerConfig, SchedulerCounters
+from worker.engine.scheduler_loop import SchedulerLoop, call_safely
+from worker.engine.sequence import FinishReason, Sequence, TokenEvent
+from worker.kv.base import KVCache
+from worker.sampling.grammar import GrammarMasks
+from worker.sampling.sampler import sample_rows
+
+# Invariants, held between steps:
+# - Every sequence is in exactly one place: the inbox, `waiting` (holds no pages) or
+#   `running` (holds the pages of its token_ids[:num_computed] and of what it will compute).
+# - A running sequence either prefills (feeds up to the token budget of its uncomputed
+#   tokens per step) or decodes (feeds exactly its last sampled token); see Sequence.
+# - A sequence gives its pages back the moment it finishes, before its last event is
+#   emitted; an abort takes effect at the next cleanup, within one iteration.
+
+
+class InferenceScheduler(SchedulerLoop):
+    """The step and the state it owns; the thread it runs on and the calls other threads make
+    into it come from SchedulerLoop."""
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        cache: KVCache,
+        processor: OutputProcessor,
+        config: SchedulerConfig | None = None,
+    ) -> None:
+        self.runner = runner
+        self.cache = cache
+        self.processor = processor
+        self.config = config or SchedulerConfig()
+        super().__init__(self.config.idle_wait_s)
+        self.counters = SchedulerCounters()
+        tokenizer = processor.tokenizer
+        self.grammar_masks = GrammarMasks(
+            lambda ids: tokenizer.decode(ids, skip_special_tokens=False), tokenizer.eos_token_ids
+        )
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+
+    # -- state -----------------------------------------------------------------------
+    def has_work(self) -> bool:
+        return bool(self.inbox.has_pending() or self.waiting or self.running)
+
+    @property
+    def num_running(self) -> int:
+        return sum(1 for s in list(self.running) if not s.is_finished)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting) + self.inbox.num_arrived
+
+    @torch.inference_mode()
+    def step(self) -> None:
+        """One iteration; no I/O inside, events go to each sequence's sink."""
+        self._cleanup()
+        self._refill()
+        self._prefill()
+        self._decode()
+
+    # -- phase 1 ----------------------------------------------------------------------
+    def _cleanup(self) -> None:
+        arrived, aborts, everything = self.inbox.take()
+        for choices in arrived:
+            self.waiting.extend(choices)
+            self.counters.total_tasks += 1
+        if everything:
+            aborts |= {s.request_id for s in [*self.waiting, *self.running]}
+        if aborts:
+            for seq in [s for s in self.waiting if s.request_id in aborts]:
+                self.waiting.remove(seq)
+                self._finish(seq, FinishReason.ABORT)
+            for seq in self.running:
+                if seq.request_id in aborts and not seq.is_finished:
+                    self.cache.release(seq.seq_id)
+                    self._finish(seq, FinishReason.ABORT)
+        # Finished sequences gave their pages back when they finished (see _sample).
+        self.running = [s for s in self.running if not s.is_finished]
+
+    # -- phase 2 ----------------------------------------------------------------------
+    def _refill(self) -> None:
+        """Admit in arrival order while slots and pages allow; the head waits otherwise."""
+        while self.waiting and len(self.running) < self.config.max_seqs:
+            seq = self.waiting[0]
+            admission = self.cache.admit(seq.seq_id, seq.token_ids)
+            if admission is None:
+                return
+            self.waiting.popleft()
+            seq.num_computed = admission.num_cached_tokens
+            seq.is_prefilling = True
+            if seq.num_preemptions == 0:
+                seq.num_cached_tokens = admission.num_shared_tokens
+            self.running.append(seq)
+
+    # -- phase 3 ----------------------------------------------------------------------
+    def _prefill(self) -> None:
+        """Uncomputed prompt tokens of several sequences in one forward, under the budget."""
+        budget = self.config.prefill_token_budget
+        self.cache.begin_step()
+        chunks: list[Chunk] = []
+        seqs: list[Sequence] = []
+        for seq in self.running:
+            if budget == 0:
+                break
+            if not seq.is_prefilling or seq.is_finished:
+                continue
+            start = self.cache.shared_ready(seq.seq_id, seq.num_computed)
+            if start is None:
+                continue  # its prefix is being computed by another sequence: next step
+            # Below its shared length only when it adopted pages an aborted owner left
+            # uncomputed: those tokens are its own work, not cache hits.
+            seq.num_cached_tokens = min(seq.num_cached_tokens, start)
+            seq.num_computed = start
+            end = min(len(seq.token_ids), start + budget)
+            self.cache.plan(seq.seq_id, start, end)
+            chunks.append(
+                Chunk(seq.seq_id, start, seq.token_ids[start:end], end == len(seq.token_ids))
+            )
+            seqs.append(seq)
+            budget -= end - start
+        if not chunks:
+            return
+        logits = self.runner.forward(chunks)
+        self.counters.prefill_tokens += sum(len(c.token_ids) for c in chunks)
+        for seq, chunk in zip(seqs, chunks, strict=True):
+            seq.num_computed = chunk.end
+            self.cache.commit(seq.seq_id, seq.token_ids, seq.num_computed)
+        self._sample([s for s, c in zip(seqs, chunks, strict=True) if c.wants_logits], logits)
+
+    # -- phase 4 ----------------------------------------------------------------------
+    def _decode(self) -> None:
+        """One token for every decoding sequence, in one forward."""
+        ready: list[Sequence] = []
+        for seq in [s for s in self.running if not (s.is_prefilling or s.is_finished)]:
+            if seq not in self.running:
+                continue  # preempted while making room for an older sequence
+            if self._make_room(seq):
+                ready.append(seq)
+        if not ready:
+            return
+        chunks = [
+            Chunk(s.seq_id, s.num_computed, s.token_ids[s.num_computed :], True) for s in ready
+        ]
+        logits = self.runner.forward(chunks)
+        self.counters.decode_steps += 1
+        for seq in ready:
+            seq.num_computed = len(seq.token_ids)
+            self.cache.commit(seq.seq_id, seq.token_ids, seq.num_computed)
+        self._sample(ready, logits)
+
+    def _make_room(self, seq: Sequence) -> bool:
+        """Pages for the token `seq` feeds next, preempting the newest sequences if needed."""
+        while not self.cache.grow(seq.seq_id, len(seq.token_ids)):
+            victim = next(s for s in reversed(self.running) if not s.is_finished)
+            self._preempt(victim)
+            if victim is seq:
+                return False
+        return True
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Free everything, requeue first; it recomputes its prompt and output later."""
+        self.cache.release(seq.seq_id)
+        self.running.remove(seq)
+        seq.num_computed = 0
+        seq.is_prefilling = True
+        seq.num_preemptions += 1
+        self.waiting.appendleft(seq)
+        self.counters.preemptions += 1
+
+    # -- sampling and events ------------------------------------------------------------
+    def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+        if not seqs:
+            return
+        self.processor.forbid_early_stops(seqs, logits)
+        self.grammar_masks.apply(logits, seqs)
+        out = sample_rows(logits, seqs)
+        for i, seq in enumerate(seqs):
+            seq.is_prefilling = False
+            event = self.processor.append_token(
+                seq, out.token_ids[i], out.logprobs[i], out.top_logprobs[i]
+            )
+            self.counters.total_tokens += 1
+            if event.finish_reason is not None:
+                # Pages go back before the last event, so whoever receives it sees them free.
+                self.cache.release(seq.seq_id)
+                self.counters.finished_tasks += 1
+            self._emit(seq, event)
+
+    def _finish(self, seq: Sequence, reason: FinishReason, error: str | None = None) -> None:
+        seq.finish_reason = reason
+        event = TokenEvent(
+            seq.request_id, seq.index, "", (), finish_reason=reason, usage=seq.usage(), error=error
+        )
+        self._emit(seq, event)
+
+    def _emit(self, seq: Sequence, event: TokenEvent) -> None:
+        call_safely("event sink of request", seq.request_id, seq.sink, event)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        arrived = self.inbox.take_arrived()
+        pending = [s for choices in arrived for s in choices] + list(self.waiting)
+        self.waiting.clear()
+        for seq in self.running:
+            with contextlib.suppress(KeyError):  # finished ones already gave their pages back
+                self.cache.release(seq.seq_id)
+        live = [s for s in self.running if not s.is_finished] + pending
+        self.running = []
+        for seq in live:
+            self._finish(seq, FinishReason.ERROR, error=str(exc) or type(exc).__name__)

@@ -1,0 +1,109 @@
+"""One choice of one request as the scheduler tracks it, and the events it emits."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import torch
+
+from common.sampling_params import SamplingParams
+from worker.text.stop_strings import StopStringMatcher
+from worker.text.tokenizer import IncrementalDetokenizer
+from worker.text.tool_parser import ToolCallDelta, ToolCallParser
+
+
+class FinishReason(str, Enum):
+    STOP = "stop"  # EOS, a stop token id or a stop string
+    LENGTH = "length"  # max_tokens or the context limit
+    ABORT = "abort"  # the caller cancelled it
+    ERROR = "error"  # the engine failed while running it
+    TOOL_CALLS = "tool_calls"  # the answer is one or more tool calls
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token_id: int
+    text: str
+    logprob: float
+    top: tuple[tuple[int, str, float], ...] = ()  # (token id, text, logprob), best first
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """What one choice produced in one step; the last event of a choice has finish_reason."""
+
+    request_id: str
+    index: int
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[TokenLogprob, ...] = ()
+    finish_reason: FinishReason | None = None
+    stop: str | int | None = None  # the stop string or stop token id that ended it
+    usage: Usage | None = None  # on the last event
+    error: str | None = None  # with FinishReason.ERROR
+    tool_calls: tuple[ToolCallDelta, ...] = ()  # new parts of tool calls (then text is content)
+
+
+EventSink = Callable[[TokenEvent], None]
+
+
+@dataclass(eq=False)
+class Sequence:
+    """Invariant: tokens [0, num_computed) of `token_ids` have k/v in the cache.
+
+    Every forward feeds the next tokens from num_computed on and advances it; when it
+    reaches len(token_ids), the logits of the last token are sampled and the new token is
+    appended. Prefill feeds many tokens, decode exactly one; a preempted sequence starts
+    again from num_computed = 0 with its generated tokens as part of what it recomputes.
+    """
+
+    seq_id: int
+    request_id: str
+    index: int
+    token_ids: list[int]
+    num_prompt_tokens: int
+    params: SamplingParams
+    sink: EventSink
+    generator: torch.Generator | None
+    detokenizer: IncrementalDetokenizer
+    stop_matcher: StopStringMatcher
+    max_total_tokens: int  # prompt + output may not exceed this (max_tokens or context)
+    num_computed: int = 0
+    num_cached_tokens: int = 0  # prompt tokens found in the prefix cache at first admission
+    is_prefilling: bool = True
+    finish_reason: FinishReason | None = None
+    arrival_time: float = field(default_factory=time.monotonic)
+    first_token_time: float | None = None
+    num_preemptions: int = 0
+    grammar: Any = None  # an llguidance matcher when the output is constrained
+    tool_parser: ToolCallParser | None = None  # when the output may hold tool calls
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.token_ids[: self.num_prompt_tokens]
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def usage(self) -> Usage:
+        return Usage(self.num_prompt_tokens, self.num_output_tokens, self.num_cached_tokens)

@@ -1,0 +1,1 @@
+"""Choosing the next token: penalties, filters, seeded draws, logprobs and grammar masks."""

@@ -1,0 +1,1 @@
+"""Text in and out: tokenizer and chat template, tool prompts, tool-call parsing, stop strings."""

@@ -1,0 +1,122 @@
+"""Tokenizer: chat template, encoding, and incremental detokenization that never splits UTF-8."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from worker.errors import RequestError
+from worker.text.tool_prompt import generic_messages, template_messages, template_tools
+
+REPLACEMENT_CHAR = "\ufffd"
+# Prompt tokens kept as context when detokenizing the first generated tokens, so that a
+# tokenizer that drops a leading space on a lone token still decodes it right.
+DETOKENIZE_CONTEXT = 5
+
+
+class Tokenizer:
+    """transformers' tokenizer for a model folder, with the calls the engine needs."""
+
+    def __init__(self, model_dir: Path, eos_token_ids: Sequence[int] = ()) -> None:
+        from transformers import AutoTokenizer
+
+        self._hf = AutoTokenizer.from_pretrained(str(model_dir))
+        self._backend = self._hf.backend_tokenizer
+        eos = set(eos_token_ids)
+        if self._hf.eos_token_id is not None:
+            eos.add(self._hf.eos_token_id)
+        self.eos_token_ids = frozenset(eos)
+        self.vocab_size = len(self._hf)
+
+    @property
+    def transformers_tokenizer(self) -> Any:
+        return self._hf
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(self._hf.chat_template)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(self._hf.encode(text, add_special_tokens=add_special_tokens))
+
+    @property
+    def template_takes_tools(self) -> bool:
+        """The chat template renders `tools` and tool turns itself."""
+        return "tools" in (self._hf.chat_template or "")
+
+    def encode_chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] = (),
+        continue_final: bool = False,
+    ) -> list[int]:
+        """The model's chat template over `messages` (and `tools`), ending with the
+        assistant's turn, or inside the final assistant message when `continue_final`; a
+        template without tool support gets the tools in the generic format."""
+        if not self.has_chat_template:
+            raise RequestError("messages need a chat template, and this model has none", "messages")
+        extra: dict[str, Any] = {"add_generation_prompt": not continue_final}
+        if continue_final:
+            if not messages or messages[-1]["role"] != "assistant" or not messages[-1]["content"]:
+                message = "continuing needs the chat to end with a non-empty assistant message"
+                raise RequestError(message, "messages")
+            extra["continue_final_message"] = True
+        if self.template_takes_tools:
+            rendered: list[dict[str, Any]] = template_messages(messages)
+            if tools:
+                extra["tools"] = template_tools(tools)
+        else:
+            rendered = list(generic_messages(messages, tools))
+        ids = self._hf.apply_chat_template(rendered, tokenize=True, return_dict=False, **extra)
+        return list(ids)
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self._backend.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+
+    def detokenizer(
+        self, prompt_token_ids: Sequence[int], skip_special_tokens: bool = True
+    ) -> IncrementalDetokenizer:
+        return IncrementalDetokenizer(self, prompt_token_ids, skip_special_tokens)
+
+
+class IncrementalDetokenizer:
+    """Turns one token at a time into text deltas.
+
+    Decodes the window ids[prefix:] and compares it with ids[prefix:read]; the new text
+    is released only when it does not end in U+FFFD, i.e. never in the middle of a UTF-8
+    character whose bytes span several tokens.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        prompt_token_ids: Sequence[int],
+        skip_special_tokens: bool = True,
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._skip_special = skip_special_tokens
+        self._ids = list(prompt_token_ids[-DETOKENIZE_CONTEXT:])
+        self._prefix_offset = 0
+        self._read_offset = len(self._ids)
+
+    def step(self, token_id: int) -> str:
+        """The text that `token_id` completes, possibly empty."""
+        self._ids.append(token_id)
+        return self._release(final=False)
+
+    def flush(self) -> str:
+        """Whatever is still held back (an incomplete character decodes as U+FFFD)."""
+        return self._release(final=True)
+
+    def _release(self, final: bool) -> str:
+        decode = self._tokenizer.decode
+        prefix_text = decode(self._ids[self._prefix_offset : self._read_offset], self._skip_special)
+        new_text = decode(self._ids[self._prefix_offset :], self._skip_special)
+        if len(new_text) <= len(prefix_text):
+            return ""
+        if new_text.endswith(REPLACEMENT_CHAR) and not final:
+            return ""
+        self._prefix_offset = self._read_offset
+        self._read_offset = len(self._ids)
+        return new_text[len(prefix_text) :]
