@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from common.supervisor import free_loopback_port
+from common.ports import free_loopback_port
 from gateway.app import Gateway
 from gateway.config import GatewayConfig
 from tests.gateway.scripted_worker import Script, ScriptedWorker
