@@ -9,10 +9,12 @@ per CPU signature and torch version under `<cache>/kernels/`.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -120,20 +122,53 @@ def _plan_file() -> Path:
     return cache_root() / "kernels" / f"plan-{digest}.json"
 
 
-@functools.cache
-def kernel_plan() -> KernelPlan:
-    """This CPU's plan: from the cache, or measured now (once per CPU and torch version)."""
-    path = _plan_file()
+def _cached(path: Path) -> KernelPlan | None:
     try:
         data = json.loads(path.read_text())
         return KernelPlan(data["panel_rows"], data["float32_layout"], data["measured_ms"])
     except (OSError, ValueError, KeyError, TypeError):
-        pass
-    start = time.monotonic()
-    plan = measure()
-    log.info("measured this CPU's kernels in %.1f s: %s", time.monotonic() - start, plan.describe())
+        return None
+
+
+def cpu_busy() -> bool:
+    """More runnable work than cores over the last minute: timings taken now would be off."""
+    return os.getloadavg()[0] > (os.cpu_count() or 1)
+
+
+@functools.cache
+def kernel_plan() -> KernelPlan:
+    """This CPU's plan: from the cache, or measured now (once per CPU and torch version).
+
+    Why the lock and the load check: a plan measured while the CPU was shared (two workers
+    of `astrai serve` probing side by side, or a test run) was cached for good, and one such
+    plan sent 16-row steps to the slower kernel and float32 layers to a layout 2.4x slower.
+    Workers now measure one at a time, and a plan measured on a busy CPU serves this process
+    only.
+    """
+    path = _plan_file()
+    plan = _cached(path)
+    if plan is not None:
+        return plan
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_suffix(f".{time.monotonic_ns()}.tmp")
-    staging.write_text(json.dumps(asdict(plan), indent=2))
-    staging.replace(path)  # atomic: workers starting together never read half a file
+    with path.with_suffix(".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        plan = _cached(path)  # measured by another worker while this one waited
+        if plan is not None:
+            return plan
+        busy = cpu_busy()
+        start = time.monotonic()
+        plan = measure()
+        elapsed = time.monotonic() - start
+        log.info("measured this CPU's kernels in %.1f s: %s", elapsed, plan.describe())
+        if busy:
+            log.warning(
+                "the CPU was busy (load %.1f on %d cores): this plan is not cached, the next "
+                "start measures again",
+                os.getloadavg()[0],
+                os.cpu_count() or 1,
+            )
+            return plan
+        staging = path.with_suffix(f".{time.monotonic_ns()}.tmp")
+        staging.write_text(json.dumps(asdict(plan), indent=2))
+        staging.replace(path)  # atomic: a reader never sees half a file
     return plan

@@ -27,6 +27,7 @@ def test_the_plan_is_measured_once_and_then_read_from_the_cache(tmp_path, monkey
     measured = []
     fixed = KernelPlan(24, "linear", {"float32 linear 1 rows": 1.5})
     monkeypatch.setattr(plan_module, "measure", lambda: measured.append(1) or fixed)
+    monkeypatch.setattr(plan_module, "cpu_busy", lambda: False)
     plan_module.kernel_plan.cache_clear()
     try:
         first = plan_module.kernel_plan()
@@ -44,3 +45,24 @@ def test_the_plan_is_measured_once_and_then_read_from_the_cache(tmp_path, monkey
 def test_an_unknown_layout_is_refused():
     with pytest.raises(ValueError, match="float32_layout"):
         KernelPlan(16, "blas")
+
+
+def test_a_plan_measured_on_a_busy_cpu_serves_this_process_but_is_not_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path))
+    measured = []
+    fixed = KernelPlan(16, "mm", {"float32 mm 1 rows": 9.0})
+    monkeypatch.setattr(plan_module, "measure", lambda: measured.append(1) or fixed)
+    monkeypatch.setattr(plan_module, "cpu_busy", lambda: True)
+    plan_module.kernel_plan.cache_clear()
+    try:
+        first = plan_module.kernel_plan()
+        plan_module.kernel_plan.cache_clear()
+        monkeypatch.setattr(plan_module, "cpu_busy", lambda: False)
+        second = plan_module.kernel_plan()  # measured again, on a quiet CPU: now cached
+        plan_module.kernel_plan.cache_clear()
+        third = plan_module.kernel_plan()
+    finally:
+        plan_module.kernel_plan.cache_clear()
+    assert first == second == third == fixed
+    assert measured == [1, 1]
+    assert len(list((tmp_path / "kernels").glob("plan-*.json"))) == 1
