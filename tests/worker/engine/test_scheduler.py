@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from common.sampling_params import SamplingParams
+from common.token_output import FinishReason
 from tests.worker.stack_factory import Stack, tiny_stack
 from worker.engine.runner import Chunk
-from worker.engine.sequence import FinishReason
 
 PROMPT_33 = list(range(1000, 1033))  # 8 full pages of 4 and one token over
 
