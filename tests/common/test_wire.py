@@ -269,11 +269,11 @@ JSONISH = st.recursive(
         st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(), st.text(max_size=3)
     ),
     lambda inner: st.lists(inner, max_size=5),
-    max_leaves=20,
+    max_leaves=10,
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(logprobs=JSONISH, tool_calls=JSONISH)
 def test_random_nested_values_never_raise_anything_but_wire_error(logprobs, tool_calls):
     with contextlib.suppress(WireError):
