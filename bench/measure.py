@@ -81,7 +81,7 @@ def run_engine(
     ttfts = [first_token[r] - submitted_at[r] for r in submitted_at]
     stats = engine.get_stats()
     prompt_tokens = sum(len(engine.requests.prompt_token_ids(c)) for c in conversations)
-    hits = stats["prefix_cache_hit_tokens"] - stats_before["prefix_cache_hit_tokens"]
+    hits = stats.prefix_cache_hit_tokens - stats_before.prefix_cache_hit_tokens
     return RunResult(
         system=label,
         workload=workload.name,
@@ -94,7 +94,7 @@ def run_engine(
         extra={
             "prompt_tokens": prompt_tokens,
             "cached_prompt_fraction": hits / prompt_tokens,
-            "preemptions": stats["preemptions"] - stats_before["preemptions"],
+            "preemptions": stats.preemptions - stats_before.preemptions,
         },
     )
 

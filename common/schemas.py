@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-PROTOCOL_VERSION = 1
+from common.errors import RejectCode
+from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
+from common.worker_stats import WorkerStats
+
+# 2: logprobs, tool-call parts and stats are structs (lists of their fields, in order), not
+# positional lists and maps; finish reasons and reject codes are checked against their enums.
+PROTOCOL_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ class Heartbeat(Message):
     kv_pages_free: int
     kv_pages_total: int
     prefix_cache_hit_tokens: int
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: WorkerStats | None = None  # None from a worker that reports no figures (tests')
     draining: bool = False
 
 
@@ -65,33 +71,33 @@ class Rejected(Message):
 
     tag: ClassVar[str] = "rejected"
     request_id: str
-    code: str  # invalid_request | context_length_exceeded | draining | internal
+    code: RejectCode
     message: str
     param: str | None = None
 
 
 @dataclass(frozen=True)
 class Tokens(Message):
-    """New text of one choice. `logprobs`: [token_id, text, logprob, [[id, text, lp], …]]."""
+    """New text of one choice: its tokens, their logprobs if asked for, new parts of tool
+    calls (the text is then content only)."""
 
     tag: ClassVar[str] = "tokens"
     request_id: str
     index: int
     text: str
     token_ids: list[int]
-    logprobs: list[list[Any]] | None = None
-    # New parts of tool calls: [call index, id or None, name or None, arguments text].
-    tool_calls: list[list[Any]] | None = None
+    logprobs: list[TokenLogprob] | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 @dataclass(frozen=True)
 class Finished(Message):
-    """One choice ended: finish reason stop | length | tool_calls | abort | error, and usage."""
+    """One choice ended: why, and its usage."""
 
     tag: ClassVar[str] = "finished"
     request_id: str
     index: int
-    finish_reason: str
+    finish_reason: FinishReason
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int

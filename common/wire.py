@@ -1,9 +1,17 @@
-"""msgpack codec for the wire messages; malformed input is a WireError, never a crash."""
+"""msgpack codec for the wire messages; malformed input is a WireError, never a crash.
+
+A message is a msgpack map of its fields plus its tag (`"t"`) and PROTOCOL_VERSION (`"v"`):
+named fields, so a newer side may add optional ones. A struct inside a message (a token's
+logprob, a tool-call part, worker stats) is the list of its fields in declaration order,
+which is compact for what crosses once per token; its length must be exact. A text enum
+(FinishReason, RejectCode) crosses as its value. Decoding checks every value against its
+annotation (int, float, str, bool, None, list, tuple, dict, unions, enums and structs,
+recursively; a bool is never an int) and builds the enums and structs; nothing is pickled.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from collections import Counter
 from functools import cache
@@ -12,6 +20,7 @@ from typing import Any
 import msgpack
 
 from common.schemas import MESSAGE_TYPES, PROTOCOL_VERSION, Message
+from common.wire_readers import Mismatch, Reader, field_names, reader
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 # A worker batches the events of one step into one multipart message, each part a whole
@@ -31,11 +40,19 @@ class WireError(ValueError):
 
 
 def encode(message: Message) -> bytes:
-    body = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
+    fields = field_names(type(message))  # type: ignore[arg-type]  # classes hash
+    body = {name: getattr(message, name) for name in fields}
     body[TAG_KEY] = message.tag
     body[VERSION_KEY] = PROTOCOL_VERSION
-    packed: bytes = msgpack.packb(body, use_bin_type=True)
+    # msgpack calls `default` only for what it cannot pack itself: the structs.
+    packed: bytes = msgpack.packb(body, use_bin_type=True, default=_struct_as_list)
     return packed
+
+
+def _struct_as_list(value: Any) -> list[Any]:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [getattr(value, name) for name in field_names(type(value))]
+    raise TypeError(f"{type(value).__name__} cannot cross the wire")
 
 
 def decode(frame: bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Message:
@@ -53,55 +70,30 @@ def decode(frame: bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Message:
     if cls is None:
         raise WireError("unknown", f"message type {body.get(TAG_KEY)!r}")
     values: dict[str, Any] = {}
-    for name, (hint, required) in _fields(cls).items():  # type: ignore[arg-type]
+    for name, read, required in _message_plan(cls):  # type: ignore[arg-type]
         if name not in body:
             if required:
                 raise WireError("malformed", f"{cls.tag} lacks {name!r}")
             continue
-        if not _matches(body[name], hint):
-            raise WireError("malformed", f"{cls.tag}.{name} has the wrong type")
-        values[name] = body[name]
+        try:
+            values[name] = read(body[name])
+        except Mismatch:
+            raise WireError("malformed", f"{cls.tag}.{name} has the wrong type") from None
     return cls(**values)
 
 
 @cache
-def _fields(cls: type[Message]) -> dict[str, tuple[Any, bool]]:
+def _message_plan(cls: type[Message]) -> tuple[tuple[str, Reader, bool], ...]:
+    """(name, reader, required) of each field of a message type, in order."""
     hints = typing.get_type_hints(cls)
-    return {
-        f.name: (
-            hints[f.name],
+    return tuple(
+        (
+            f.name,
+            reader(hints[f.name]),
             f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
         )
         for f in dataclasses.fields(cls)
-    }
-
-
-def _matches(value: Any, hint: Any) -> bool:
-    """Whether a decoded value fits a field's annotation (the subset the schemas use)."""
-    if hint is Any:
-        return True
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, arg) for arg in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    if origin is list:
-        (item,) = typing.get_args(hint) or (Any,)
-        return isinstance(value, list) and all(_matches(v, item) for v in value)
-    if origin is dict:
-        key, item = typing.get_args(hint) or (Any, Any)
-        return isinstance(value, dict) and all(
-            _matches(k, key) and _matches(v, item) for k, v in value.items()
-        )
-    return False
+    )
 
 
 class DropCounter:

@@ -15,33 +15,16 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gateway.registry import WorkerRegistry
+from common.worker_stats import StatKind, WorkerStats, stats_of_kind
+from gateway.registry import WorkerRegistry, WorkerState
 from gateway.stats import GatewayMetrics, Histogram
 
-# A worker's cumulative figures (stats key → counter name without `_total`) and its gauges.
-WORKER_COUNTERS = {
-    "total_tasks": ("astrai_worker_tasks", "Requests a worker was given."),
-    "finished_tasks": (
-        "astrai_worker_finished_tasks",
-        "Choices a worker finished at a stop or their length (not aborted or failed).",
-    ),
-    "total_tokens": ("astrai_worker_tokens", "Tokens a worker generated."),
-    "prefill_tokens": ("astrai_worker_prefill_tokens", "Prompt tokens a worker computed."),
-    "prefix_cache_hit_tokens": (
-        "astrai_worker_prefix_cache_hit_tokens",
-        "Prompt tokens a worker read from its prefix cache instead of computing them.",
-    ),
-    "decode_steps": ("astrai_worker_decode_steps", "Decode forwards a worker ran."),
-    "preemptions": ("astrai_worker_preemptions", "Sequences a worker preempted for pages."),
-}
-WORKER_GAUGES = {
-    "active_tasks": "Choices a worker is running.",
-    "waiting_queue": "Choices waiting for a worker's slots or pages.",
-    "kv_pages_total": "A worker's KV cache pages.",
-    "kv_pages_in_use": "KV pages held by running sequences.",
-    "kv_pages_cached": "KV pages holding evictable prefix-cache entries.",
-    "kv_pages_free": "KV pages free.",
-}
+# A worker's cumulative stats are counters named without `total_` (and, as prometheus-client
+# writes them, with `_total`): total_tokens is astrai_worker_tokens_total. Gauges keep their
+# names: astrai_worker_kv_pages_free.
+WORKER_COUNTERS = stats_of_kind(StatKind.COUNTER)
+WORKER_GAUGES = stats_of_kind(StatKind.GAUGE)
+NO_STATS = WorkerStats()  # a worker's figures before a heartbeat carries them: zeros
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
@@ -96,16 +79,22 @@ class _Snapshot(Collector):
     def _workers(self) -> Iterator[Metric]:
         workers = sorted(self.registry.all(), key=lambda w: w.worker_id)
         labels = ["worker_id", "model"]
-        for key, (name, documentation) in WORKER_COUNTERS.items():
+        for key, documentation in WORKER_COUNTERS:
+            name = f"astrai_worker_{key.removeprefix('total_')}"
             family = CounterMetricFamily(name, documentation, labels=labels)
             for w in workers:
-                family.add_metric([w.worker_id, w.model], w.stats.get(key, 0))
+                family.add_metric([w.worker_id, w.model], _stat(w, key))
             yield family
-        for key, documentation in WORKER_GAUGES.items():
+        for key, documentation in WORKER_GAUGES:
             gauge = GaugeMetricFamily(f"astrai_worker_{key}", documentation, labels=labels)
             for w in workers:
-                gauge.add_metric([w.worker_id, w.model], w.stats.get(key, 0))
+                gauge.add_metric([w.worker_id, w.model], _stat(w, key))
             yield gauge
+
+
+def _stat(worker: WorkerState, name: str) -> float:
+    value: float = getattr(worker.stats or NO_STATS, name)
+    return value
 
 
 def _histogram(name: str, documentation: str, histogram: Histogram) -> HistogramMetricFamily:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from common.schemas import Heartbeat, Register
+from common.worker_stats import WorkerStats
 
 
 @dataclass
@@ -25,7 +25,7 @@ class WorkerState:
     running: int = 0
     kv_pages_free: int = 0
     prefix_cache_hit_tokens: int = 0
-    stats: dict[str, Any] = field(default_factory=dict)
+    stats: WorkerStats | None = None  # None until a heartbeat carries figures
     draining: bool = False
     in_flight: set[str] = field(default_factory=set)  # request ids sent and not finished
 
@@ -79,7 +79,7 @@ class WorkerRegistry:
         state.running = msg.running
         state.kv_pages_free = msg.kv_pages_free
         state.prefix_cache_hit_tokens = msg.prefix_cache_hit_tokens
-        state.stats = dict(msg.stats)
+        state.stats = msg.stats
         state.draining = msg.draining
         return True
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
 from gateway.errors import GatewayError
-from gateway.protocols.base import ChoiceResult, TokenLogprob, ToolCallPart
+from gateway.protocols.base import ChoiceResult
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,7 @@ class TokenDelta:
     index: int
     text: str
     logprobs: list[TokenLogprob]
-    tool_calls: list[ToolCallPart]
+    tool_calls: list[ToolCallDelta]
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class ChoiceEnd:
     """Choice `index` finished normally (a stop, its length, or tool calls)."""
 
     index: int
-    finish_reason: str
+    finish_reason: FinishReason
     stop: str | int | None
     completion_tokens: int
 

@@ -7,9 +7,10 @@ import time
 import uuid
 from collections.abc import AsyncGenerator
 
+from common.errors import RejectCode
 from common.schemas import Abort, Accepted, Finished, Message, Rejected, Submit, Tokens
 from gateway.errors import ErrorKind, GatewayError
-from gateway.messages import finish_error, logprobs_of, rejection_error, tool_call_parts
+from gateway.messages import finish_error, rejection_error
 from gateway.protocols.base import ChatRequest, ResponseBuilder, StreamState
 from gateway.registry import WorkerState
 from gateway.request_events import ChoiceEnd, Failed, RequestEvent, TokenDelta
@@ -86,7 +87,7 @@ class RequestLifecycle:
                 )
                 return self.state
             services.hub.close(channel)
-            if isinstance(reply, Rejected) and reply.code != "draining":
+            if isinstance(reply, Rejected) and reply.code != RejectCode.DRAINING:
                 raise rejection_error(reply)
         raise GatewayError(ErrorKind.UNAVAILABLE, f"no worker of model {model!r} could take it")
 
@@ -124,7 +125,7 @@ class RequestLifecycle:
                 if self.ttft_s is None and message.token_ids:  # an echoed prompt is no token
                     self.ttft_s = time.monotonic() - self.started_at
                 state.completion_tokens += len(message.token_ids)
-                logprobs, parts = logprobs_of(message), tool_call_parts(message)
+                logprobs, parts = message.logprobs or [], message.tool_calls or []
                 yield TokenDelta(message.index, message.text, logprobs, parts)
             elif isinstance(message, Finished) and 0 <= message.index < n:
                 remaining -= 1

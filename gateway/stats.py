@@ -7,9 +7,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.worker_stats import SUMMED_STATS
 from gateway.registry import WorkerRegistry
 
-SUMMED_STATS = ("total_tasks", "total_tokens", "active_tasks", "waiting_queue")
 LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -50,7 +50,8 @@ class GatewayMetrics:
 def aggregate_stats(registry: WorkerRegistry) -> dict[str, Any]:
     """Engine stats summed over live workers, plus one entry per worker."""
     workers = sorted(registry.all(), key=lambda w: w.worker_id)
-    totals = {key: sum(int(w.stats.get(key, 0)) for w in workers) for key in SUMMED_STATS}
+    reported = [w.stats for w in workers if w.stats is not None]
+    totals = {name: sum(getattr(stats, name) for stats in reported) for name in SUMMED_STATS}
     return {
         **totals,
         "num_workers": len(workers),
@@ -63,7 +64,7 @@ def aggregate_stats(registry: WorkerRegistry) -> dict[str, Any]:
                 "incarnation": w.incarnation,
                 "draining": w.draining,
                 "in_flight": len(w.in_flight),
-                **w.stats,
+                **(w.stats.as_dict() if w.stats is not None else {}),
             }
             for w in workers
         ],

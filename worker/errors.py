@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from common.errors import RequestError
+from common.errors import RejectCode, RequestError
 
 __all__ = ["ContextLengthExceeded", "RequestError"]
 
@@ -10,4 +10,4 @@ __all__ = ["ContextLengthExceeded", "RequestError"]
 class ContextLengthExceeded(RequestError):
     """The prompt, or prompt + max_tokens, does not fit the model's context."""
 
-    code = "context_length_exceeded"
+    code = RejectCode.CONTEXT_LENGTH_EXCEEDED

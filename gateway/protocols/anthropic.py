@@ -5,19 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
 from gateway.errors import GatewayError, anthropic_error
 from gateway.protocols.anthropic_body import MessagesBody
 from gateway.protocols.base import (
-    FINISH_LENGTH,
-    FINISH_STOP,
-    FINISH_TOOL_CALLS,
     ChatRequest,
     ChatResult,
     ChoiceResult,
     ResponseBuilder,
     StreamState,
-    TokenLogprob,
-    ToolCallPart,
     sse_event,
 )
 from gateway.protocols.bodies import checked_params
@@ -107,7 +103,7 @@ class AnthropicResponseBuilder(ResponseBuilder):
         return [sse_event("content_block_delta", payload)]
 
     def stream_tool_calls(
-        self, state: StreamState, index: int, parts: list[ToolCallPart]
+        self, state: StreamState, index: int, parts: list[ToolCallDelta]
     ) -> list[str]:
         # Block 0 is the text block stream_start opened; each call is a tool_use block after it.
         events = []
@@ -177,10 +173,10 @@ def _content(choice: ChoiceResult) -> list[dict[str, Any]]:
 
 def _stop_reason(choice: ChoiceResult) -> tuple[str, str | None]:
     """(stop_reason, stop_sequence): a matched stop string is a stop_sequence, EOS end_turn."""
-    if choice.finish_reason == FINISH_LENGTH:
+    if choice.finish_reason == FinishReason.LENGTH:
         return "max_tokens", None
-    if choice.finish_reason == FINISH_TOOL_CALLS:
+    if choice.finish_reason == FinishReason.TOOL_CALLS:
         return "tool_use", None
-    if choice.finish_reason == FINISH_STOP and isinstance(choice.stop, str):
+    if choice.finish_reason == FinishReason.STOP and isinstance(choice.stop, str):
         return "stop_sequence", choice.stop
     return "end_turn", None

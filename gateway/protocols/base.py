@@ -8,12 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.schemas import Submit
+from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
 from gateway.errors import GatewayError
-
-# Finish reasons as workers report them.
-FINISH_STOP = "stop"
-FINISH_LENGTH = "length"
-FINISH_TOOL_CALLS = "tool_calls"
 
 
 @dataclass(frozen=True)
@@ -58,13 +54,6 @@ class ChatRequest:
         return "\n".join(p if isinstance(p, str) else " ".join(map(str, p)) for p in self.prompts)
 
 
-@dataclass(frozen=True)
-class TokenLogprob:
-    token: str
-    logprob: float
-    top: tuple[tuple[str, float], ...] = ()
-
-
 @dataclass
 class ToolCall:
     """One tool call of a choice; `id` as the worker made it (the protocols prefix it)."""
@@ -74,29 +63,19 @@ class ToolCall:
     arguments: str = ""  # JSON text
 
 
-@dataclass(frozen=True)
-class ToolCallPart:
-    """New part of call `index`: id and name come first, once; then argument text."""
-
-    index: int
-    id: str | None
-    name: str | None
-    arguments: str
-
-
 @dataclass
 class ChoiceResult:
     """One finished choice, accumulated from the worker's Tokens and Finished messages."""
 
     index: int
     text: str = ""
-    finish_reason: str | None = None  # stop | length | abort | error
+    finish_reason: FinishReason | None = None
     stop: str | int | None = None  # the stop string or stop token id that ended it
     logprobs: list[TokenLogprob] = field(default_factory=list)
     completion_tokens: int = 0
     tool_calls: list[ToolCall] = field(default_factory=list)
 
-    def add_tool_call_parts(self, parts: list[ToolCallPart]) -> None:
+    def add_tool_call_parts(self, parts: list[ToolCallDelta]) -> None:
         for part in parts:
             if part.name is not None:
                 self.tool_calls.append(ToolCall(part.id or "", part.name))
@@ -173,7 +152,7 @@ class ResponseBuilder(ABC):
 
     @abstractmethod
     def stream_tool_calls(
-        self, state: StreamState, index: int, parts: list[ToolCallPart]
+        self, state: StreamState, index: int, parts: list[ToolCallDelta]
     ) -> list[str]:
         """New parts of choice `index`'s tool calls."""
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.token_output import TokenLogprob, ToolCallDelta
 from gateway.errors import GatewayError
 from gateway.protocols.base import (
     ChatRequest,
     ChatResult,
     ChoiceResult,
     StreamState,
-    TokenLogprob,
-    ToolCallPart,
 )
 from gateway.protocols.bodies import checked_params
 from gateway.protocols.completions_body import CompletionsBody
@@ -82,11 +81,11 @@ class CompletionsResponseBuilder(OpenAIStreamBuilder):
         # text_offset counts on from where this choice's previous chunk ended.
         offsets: dict[int, int] = state.flags.setdefault("text_offsets", {})
         start = offsets.get(index, 0)
-        offsets[index] = start + sum(len(entry.token) for entry in logprobs)
+        offsets[index] = start + sum(len(entry.text) for entry in logprobs)
         return [self.chunk(state, [_choice(index, text, _logprobs(logprobs, start))])]
 
     def stream_tool_calls(
-        self, state: StreamState, index: int, parts: list[ToolCallPart]
+        self, state: StreamState, index: int, parts: list[ToolCallDelta]
     ) -> list[str]:
         return []  # this API takes no tools, so its choices make no calls
 
@@ -101,11 +100,11 @@ def _logprobs(entries: list[TokenLogprob], text_offset: int = 0) -> dict[str, An
     offsets = []
     for entry in entries:
         offsets.append(text_offset)
-        text_offset += len(entry.token)
+        text_offset += len(entry.text)
     return {
-        "tokens": [entry.token for entry in entries],
+        "tokens": [entry.text for entry in entries],
         "token_logprobs": [entry.logprob for entry in entries],
-        "top_logprobs": [dict(entry.top) for entry in entries],
+        "top_logprobs": [{top.text: top.logprob for top in entry.top} for entry in entries],
         "text_offset": offsets,
     }
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.token_output import TokenLogprob, ToolCallDelta
 from gateway.protocols.base import (
     ChatRequest,
     ChatResult,
     ChoiceResult,
     StreamState,
-    TokenLogprob,
-    ToolCallPart,
 )
 from gateway.protocols.bodies import checked_params
 from gateway.protocols.chat_body import ChatBody
@@ -71,7 +70,7 @@ class OpenAIResponseBuilder(OpenAIStreamBuilder):
         return [self.chunk(state, [_delta(index, {"content": text}, _logprobs(logprobs))])]
 
     def stream_tool_calls(
-        self, state: StreamState, index: int, parts: list[ToolCallPart]
+        self, state: StreamState, index: int, parts: list[ToolCallDelta]
     ) -> list[str]:
         chunks = []
         for part in parts:
@@ -127,8 +126,8 @@ def _logprobs(logprobs: list[TokenLogprob]) -> dict[str, Any] | None:
     return {
         "content": [
             {
-                **_token_logprob(entry.token, entry.logprob),
-                "top_logprobs": [_token_logprob(token, lp) for token, lp in entry.top],
+                **_token_logprob(entry.text, entry.logprob),
+                "top_logprobs": [_token_logprob(top.text, top.logprob) for top in entry.top],
             }
             for entry in logprobs
         ]

@@ -7,20 +7,17 @@ from typing import Any
 
 from gateway.errors import GatewayError, openai_error
 from gateway.protocols.base import (
-    FINISH_LENGTH,
-    FINISH_STOP,
     ChoiceResult,
     ResponseBuilder,
     StreamState,
     sse_data,
 )
 
-FINISH_REASONS = {FINISH_STOP: "stop", FINISH_LENGTH: "length"}
-
 
 def finish_reason(choice: ChoiceResult) -> str | None:
+    """OpenAI's finish reasons are the worker's: stop, length, tool_calls."""
     reason = choice.finish_reason
-    return FINISH_REASONS.get(reason, reason) if reason is not None else None
+    return None if reason is None else str(reason)
 
 
 def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:

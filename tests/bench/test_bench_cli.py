@@ -13,6 +13,8 @@ import pytest
 
 from tests.e2e.harness import REPO, Server
 
+pytestmark = pytest.mark.slow  # real processes (`astrai serve` and more)
+
 METRICS = ("mean", "p50", "p95", "p99")
 
 

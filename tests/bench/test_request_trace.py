@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench.request_trace import server_itl
 from tests.e2e.harness import Server
+
+pytestmark = pytest.mark.slow  # a real `astrai serve`
 
 
 def test_server_itl_reports_each_request_in_order(tiny_server: Server):

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.errors import RejectCode
 from common.schemas import (
     MESSAGE_TYPES,
     PROTOCOL_VERSION,
@@ -22,19 +23,45 @@ from common.schemas import (
     Tokenized,
     Tokens,
 )
+from common.token_output import FinishReason, TokenLogprob, ToolCallDelta, TopLogprob
 from common.wire import DropCounter, WireError, decode, encode
+from common.worker_stats import WorkerStats
+
+HELLO = TokenLogprob(
+    9906, "Hello", -0.1, (TopLogprob(9906, "Hello", -0.1), TopLogprob(13, ".", -2.5))
+)
 
 EXAMPLES = [
     Register("w0", "inc", "SmolLM2", 8192, 64, 2912, 16, 1234, "host"),
-    Heartbeat("w0", "inc", 1, 2, 100, 2912, 32, {"total_tasks": 3}, draining=True),
+    BEAT := Heartbeat(
+        "w0",
+        "inc",
+        1,
+        2,
+        100,
+        2912,
+        32,
+        WorkerStats(total_tasks=3, kv_pages_free=90, grammar_mask_seconds=0.25),
+        draining=True,
+    ),
+    Heartbeat("w0", "inc", 0, 0, 100, 100, 0),  # no figures
     Accepted("req-1", 37),
-    Rejected("req-1", "context_length_exceeded", "prompt is too long", "messages"),
-    Tokens("req-1", 0, "Hello", [9906], [[9906, "Hello", -0.1, [[9906, "Hello", -0.1]]]]),
+    Rejected("req-1", RejectCode.CONTEXT_LENGTH_EXCEEDED, "prompt is too long", "messages"),
+    LOGPROBS := Tokens("req-1", 0, "Hello", [9906], [HELLO, TokenLogprob(2, "", -0.5)]),
     Tokens("req-1", 1, "", [2]),
-    Tokens("req-1", 0, "", [7], tool_calls=[[0, "ab12", "get_weather", ""], [0, None, None, "{}"]]),
-    Finished("req-1", 0, "stop", 37, 8, 16, stop="\n\n"),
-    Finished("req-1", 0, "stop", 37, 8, 0, stop=2),
-    Finished("req-1", 0, "error", 37, 0, 0, error="device lost"),
+    TOOL_CALLS := Tokens(
+        "req-1",
+        0,
+        "",
+        [7],
+        tool_calls=[
+            ToolCallDelta(0, "ab12", "get_weather", ""),
+            ToolCallDelta(0, None, None, "{}"),
+        ],
+    ),
+    Finished("req-1", 0, FinishReason.STOP, 37, 8, 16, stop="\n\n"),
+    CALLS_END := Finished("req-1", 0, FinishReason.TOOL_CALLS, 37, 8, 0, stop=2),
+    Finished("req-1", 0, FinishReason.ERROR, 37, 0, 0, error="device lost"),
     Submit(
         "req-1", {"temperature": 0.0, "stop": ["x"]}, messages=[{"role": "user", "content": "Hi"}]
     ),
@@ -52,6 +79,34 @@ EXAMPLES = [
 @pytest.mark.parametrize("message", EXAMPLES, ids=lambda m: m.tag)
 def test_round_trip(message):
     assert decode(encode(message)) == message
+
+
+def test_structs_and_enums_come_back_as_their_types():
+    tokens = decode(encode(LOGPROBS))
+    assert isinstance(tokens, Tokens) and tokens.logprobs is not None
+    assert type(tokens.logprobs[0]) is TokenLogprob
+    assert type(tokens.logprobs[0].top) is tuple and type(tokens.logprobs[0].top[1]) is TopLogprob
+    calls = decode(encode(TOOL_CALLS))
+    assert isinstance(calls, Tokens) and calls.tool_calls is not None
+    assert type(calls.tool_calls[0]) is ToolCallDelta
+    finished = decode(encode(Finished("r", 0, "length", 1, 1, 0)))  # a plain str is sent as is
+    assert isinstance(finished, Finished) and finished.finish_reason is FinishReason.LENGTH
+    rejected = decode(encode(Rejected("r", RejectCode.DRAINING, "bye")))
+    assert isinstance(rejected, Rejected) and rejected.code is RejectCode.DRAINING
+    heartbeat = decode(encode(BEAT))
+    assert isinstance(heartbeat, Heartbeat) and type(heartbeat.stats) is WorkerStats
+
+
+def test_a_struct_crosses_as_the_list_of_its_fields():
+    """The compact form documented in common/wire.py: one token's logprobs, ~30 bytes."""
+    body = msgpack.unpackb(encode(LOGPROBS))
+    assert body["logprobs"] == [
+        [9906, "Hello", -0.1, [[9906, "Hello", -0.1], [13, ".", -2.5]]],
+        [2, "", -0.5, []],
+    ]
+    assert body["t"] == "tokens" and body["v"] == PROTOCOL_VERSION
+    finished = msgpack.unpackb(encode(CALLS_END))
+    assert finished["finish_reason"] == "tool_calls"
 
 
 def test_every_message_type_has_an_example():
@@ -124,6 +179,64 @@ def test_bad_frames_are_wire_errors(raw: bytes, reason: str):
     assert info.value.reason == reason
 
 
+def tokens_with(**fields) -> bytes:
+    body = {"t": "tokens", "v": PROTOCOL_VERSION, "request_id": "r", "index": 0, "text": "x"}
+    return frame({**body, "token_ids": [1], **fields})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        tokens_with(logprobs=[[1, "x", -0.1]]),  # a field short
+        tokens_with(logprobs=[[1, "x", -0.1, [], "extra"]]),  # a field long
+        tokens_with(logprobs=[[1, "x", "-0.1", []]]),  # logprob as text
+        tokens_with(logprobs=[[1, "x", -0.1, [[1, "x"]]]]),  # a short top entry
+        tokens_with(logprobs=[{"token_id": 1}]),  # a struct is a list, not a map
+        tokens_with(tool_calls=[[True, None, None, ""]]),  # a bool is no call index
+        tokens_with(tool_calls=[[0, 7, None, ""]]),  # an id is text or None
+        frame(
+            {
+                "t": "finished",
+                "v": PROTOCOL_VERSION,
+                "request_id": "r",
+                "index": 0,
+                "finish_reason": "exploded",
+                "prompt_tokens": 1,
+                "completion_tokens": 1,
+                "cached_tokens": 0,
+            }
+        ),  # not a FinishReason
+        frame(
+            {
+                "t": "rejected",
+                "v": PROTOCOL_VERSION,
+                "request_id": "r",
+                "code": "sulking",
+                "message": "no",
+            }
+        ),  # not a RejectCode
+        frame(
+            {
+                "t": "heartbeat",
+                "v": PROTOCOL_VERSION,
+                "worker_id": "w",
+                "incarnation": "i",
+                "waiting": 0,
+                "running": 0,
+                "kv_pages_free": 1,
+                "kv_pages_total": 1,
+                "prefix_cache_hit_tokens": 0,
+                "stats": {"total_tasks": 1},
+            }
+        ),  # stats are a list
+    ],
+)
+def test_malformed_structs_and_enums_are_wire_errors(raw: bytes):
+    with pytest.raises(WireError) as info:
+        decode(raw)
+    assert info.value.reason == "malformed"
+
+
 def test_oversized_frames_are_refused_before_parsing():
     big = encode(Tokens("r", 0, "x" * 2000, [1]))
     with pytest.raises(WireError) as info:
@@ -149,6 +262,22 @@ def test_drop_counter_counts_by_reason():
 def test_random_bytes_never_raise_anything_but_wire_error(raw: bytes):
     with contextlib.suppress(WireError):
         decode(raw)
+
+
+JSONISH = st.recursive(
+    st.one_of(
+        st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(), st.text(max_size=3)
+    ),
+    lambda inner: st.lists(inner, max_size=5),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(logprobs=JSONISH, tool_calls=JSONISH)
+def test_random_nested_values_never_raise_anything_but_wire_error(logprobs, tool_calls):
+    with contextlib.suppress(WireError):
+        decode(tokens_with(logprobs=logprobs, tool_calls=tool_calls))
 
 
 @settings(max_examples=200, deadline=None)

@@ -9,6 +9,8 @@ import pytest
 from tests.conftest import TINY_NAME
 from tests.e2e.harness import Server
 
+pytestmark = pytest.mark.slow  # real processes (`astrai serve` and more)
+
 MESSAGES = [{"role": "user", "content": "Tell me something."}]
 # This SDK release has no sampling arguments; the API still takes them, so they go as JSON.
 GREEDY = {"extra_body": {"temperature": 0}}

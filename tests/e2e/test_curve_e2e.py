@@ -90,7 +90,7 @@ def pester(address: str, identity: str, curve: dict[str, bytes] | None) -> None:
         with_timeout = zmq.NOBLOCK
         try:
             sock.send(encode(Register(identity, "x", "evil", 512, 8, 10, 16, 1, "h")), with_timeout)
-            sock.send(encode(Heartbeat(identity, "x", 0, 0, 10, 10, 0, {})), with_timeout)
+            sock.send(encode(Heartbeat(identity, "x", 0, 0, 10, 10, 0)), with_timeout)
         except zmq.Again:
             pass
         time.sleep(0.05)

@@ -10,6 +10,8 @@ import pytest
 from tests.conftest import TINY_NAME
 from tests.e2e.harness import Server
 
+pytestmark = pytest.mark.slow  # real processes (`astrai serve` and more)
+
 OPENAI = "/v1/chat/completions"
 ANTHROPIC = "/v1/messages"
 HELLO = [{"role": "user", "content": "Hello"}]

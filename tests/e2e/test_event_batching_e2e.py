@@ -12,6 +12,7 @@ import zmq
 
 from bench.server import Server, wait_until
 from common.schemas import Accepted, Finished, Heartbeat, Register, Submit, Tokens
+from common.token_output import FinishReason
 from common.wire import MAX_FRAMES_PER_MESSAGE, decode, encode
 
 pytestmark = pytest.mark.slow
@@ -88,7 +89,7 @@ def accept_next(worker: ScriptedWorker) -> str:
 
 
 def finished(request_id: str) -> bytes:
-    return encode(Finished(request_id, 0, "stop", 1, 3, 0))
+    return encode(Finished(request_id, 0, FinishReason.STOP, 1, 3, 0))
 
 
 def test_tokens_of_one_step_arrive_together_and_in_order(gateway):

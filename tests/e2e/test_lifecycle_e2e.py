@@ -14,6 +14,8 @@ import pytest
 from tests.conftest import TINY_NAME
 from tests.e2e.harness import Server, wait_until
 
+pytestmark = pytest.mark.slow  # real processes (`astrai serve` and more)
+
 LONG = {"max_tokens": 400, "temperature": 0, "ignore_eos": True, "stream": True}
 
 

@@ -11,6 +11,8 @@ import pytest
 from tests.conftest import TINY_NAME
 from tests.e2e.harness import Server
 
+pytestmark = pytest.mark.slow  # real processes (`astrai serve` and more)
+
 MESSAGES = [{"role": "user", "content": "Tell me something."}]
 
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.token_output import TokenLogprob
 from common.wire import encode
 from gateway.errors import ErrorKind, GatewayError
 from gateway.protocols.anthropic import AnthropicResponseBuilder
@@ -18,7 +19,6 @@ from gateway.protocols.base import (
     ChatResult,
     ChoiceResult,
     StreamState,
-    TokenLogprob,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -385,7 +385,7 @@ def stream_of(choice: ChoiceResult) -> list[str]:
     state = make_state()
     events = BUILDER.stream_start(state)
     events += BUILDER.stream_tokens(state, 0, "Hel", [])
-    events += BUILDER.stream_tokens(state, 0, "", [TokenLogprob("", -0.1)])
+    events += BUILDER.stream_tokens(state, 0, "", [TokenLogprob(2, "", -0.1)])
     events += BUILDER.stream_tokens(state, 0, "lo", [])
     events += BUILDER.stream_choice_end(state, choice)
     return events + BUILDER.stream_end(state)

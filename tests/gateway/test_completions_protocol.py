@@ -5,8 +5,9 @@ from typing import Any
 import pytest
 
 from common.schemas import Submit
+from common.token_output import TokenLogprob, TopLogprob
 from gateway.errors import ErrorKind, GatewayError
-from gateway.protocols.base import ChatRequest, ChatResult, ChoiceResult, StreamState, TokenLogprob
+from gateway.protocols.base import ChatRequest, ChatResult, ChoiceResult, StreamState
 from gateway.protocols.completions import MAX_CHOICES, CompletionsResponseBuilder
 from tests.gateway.test_openai_protocol import SHARED_FIELDS, SHARED_PARAMS, data, usage
 
@@ -227,8 +228,8 @@ def test_too_many_choices_are_refused():
 
 def test_non_streamed_body_with_logprobs_and_text_offsets():
     hello = [
-        TokenLogprob("Hel", -0.5, (("Hel", -0.5), ("He", -1.5))),
-        TokenLogprob("lo", -0.25, (("lo", -0.25), ("p", -2.0))),
+        TokenLogprob(10, "Hel", -0.5, (TopLogprob(10, "Hel", -0.5), TopLogprob(11, "He", -1.5))),
+        TokenLogprob(20, "lo", -0.25, (TopLogprob(20, "lo", -0.25), TopLogprob(21, "p", -2.0))),
     ]
     result = ChatResult(
         "cmpl-abc",
@@ -287,9 +288,9 @@ def test_exact_sse_sequence_with_usage():
 
 def test_streamed_text_offsets_continue_per_choice():
     state = make_state(["a"], n=2)
-    first = BUILDER.stream_tokens(state, 0, "Hel", [TokenLogprob("Hel", -0.5)])
-    other = BUILDER.stream_tokens(state, 1, "X", [TokenLogprob("X", -1.0)])
-    second = BUILDER.stream_tokens(state, 0, "lo", [TokenLogprob("lo", -0.25)])
+    first = BUILDER.stream_tokens(state, 0, "Hel", [TokenLogprob(10, "Hel", -0.5)])
+    other = BUILDER.stream_tokens(state, 1, "X", [TokenLogprob(30, "X", -1.0)])
+    second = BUILDER.stream_tokens(state, 0, "lo", [TokenLogprob(20, "lo", -0.25)])
     offsets = [c["choices"][0]["logprobs"]["text_offset"] for c in data(first + other + second)]
     assert offsets == [[0], [0], [3]]
     assert "usage" not in data(first)[0]  # only with include_usage

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.token_output import TokenLogprob, TopLogprob
 from common.wire import encode
 from gateway.errors import ErrorKind, GatewayError
 from gateway.protocols.base import (
@@ -17,7 +18,6 @@ from gateway.protocols.base import (
     ChatResult,
     ChoiceResult,
     StreamState,
-    TokenLogprob,
 )
 from gateway.protocols.openai import OpenAIResponseBuilder
 
@@ -535,8 +535,8 @@ def test_response_for_two_choices_is_sorted_by_index():
 
 
 HI_LOGPROBS = [
-    TokenLogprob("H", -0.25, (("H", -0.25), ("h", -1.5))),
-    TokenLogprob("é", -0.5, (("é", -0.5),)),
+    TokenLogprob(39, "H", -0.25, (TopLogprob(39, "H", -0.25), TopLogprob(71, "h", -1.5))),
+    TokenLogprob(3067, "é", -0.5, (TopLogprob(3067, "é", -0.5),)),
 ]
 HI_LOGPROBS_JSON = {
     "content": [

@@ -5,6 +5,7 @@ from collections import Counter
 from prometheus_client.parser import text_string_to_metric_families
 
 from common.schemas import Heartbeat, Register
+from common.worker_stats import WorkerStats
 from gateway.prometheus import render_prometheus
 from gateway.registry import WorkerRegistry
 from gateway.stats import GatewayMetrics
@@ -19,7 +20,7 @@ def families(text: bytes) -> dict:
 def registry_with_a_worker() -> WorkerRegistry:
     registry = WorkerRegistry()
     registry.register(b"id", Register(ODD_ID, "inc", "m", 1024, 8, 100, 16, 1, "host"), 0.0)
-    stats = {"total_tokens": 42, "decode_steps": 7, "kv_pages_in_use": 3, "kv_pages_free": 97}
+    stats = WorkerStats(total_tokens=42, decode_steps=7, kv_pages_in_use=3, kv_pages_free=97)
     assert registry.heartbeat(Heartbeat(ODD_ID, "inc", 0, 1, 97, 100, 5, stats), 0.0)
     return registry
 
@@ -50,3 +51,32 @@ def test_label_values_are_escaped_and_read_back_intact():
     assert tokens.value == 42
     [steps] = parsed["astrai_worker_decode_steps"].samples
     assert steps.name == "astrai_worker_decode_steps_total" and steps.value == 7
+
+
+def test_every_worker_figure_keeps_its_metric_name():
+    parsed = families(render_prometheus(registry_with_a_worker(), GatewayMetrics(), Counter()))
+    worker = {name: f.type for name, f in parsed.items() if name.startswith("astrai_worker_")}
+    assert worker == {
+        "astrai_worker_tasks": "counter",
+        "astrai_worker_finished_tasks": "counter",
+        "astrai_worker_tokens": "counter",
+        "astrai_worker_prefill_tokens": "counter",
+        "astrai_worker_prefix_cache_hit_tokens": "counter",
+        "astrai_worker_decode_steps": "counter",
+        "astrai_worker_preemptions": "counter",
+        "astrai_worker_active_tasks": "gauge",
+        "astrai_worker_waiting_queue": "gauge",
+        "astrai_worker_kv_pages_total": "gauge",
+        "astrai_worker_kv_pages_in_use": "gauge",
+        "astrai_worker_kv_pages_cached": "gauge",
+        "astrai_worker_kv_pages_free": "gauge",
+    }
+
+
+def test_a_worker_without_figures_yet_shows_zeros():
+    registry = WorkerRegistry()
+    registry.register(b"id", Register("w0", "inc", "m", 1024, 8, 100, 16, 1, "host"), 0.0)
+    parsed = families(render_prometheus(registry, GatewayMetrics(), Counter()))
+    [tokens] = parsed["astrai_worker_tokens"].samples
+    [free] = parsed["astrai_worker_kv_pages_free"].samples
+    assert (tokens.value, free.value) == (0, 0)

@@ -1,6 +1,7 @@
 """WorkerRegistry and routing policies: registration, incarnations, expiry, choices."""
 
 from common.schemas import Heartbeat, Register
+from common.worker_stats import WorkerStats
 from gateway.registry import WorkerRegistry
 from gateway.router import LeastLoaded, RoundRobin, make_policy
 
@@ -13,7 +14,9 @@ def register(registry: WorkerRegistry, worker_id: str, incarnation: str = "a", n
 def beat(
     worker_id: str, incarnation: str = "a", waiting: int = 0, running: int = 0, free: int = 100
 ):
-    return Heartbeat(worker_id, incarnation, waiting, running, free, 100, 0, {"total_tasks": 1})
+    return Heartbeat(
+        worker_id, incarnation, waiting, running, free, 100, 0, WorkerStats(total_tasks=1)
+    )
 
 
 def test_register_is_idempotent_and_a_new_incarnation_replaces():
@@ -51,7 +54,7 @@ def test_draining_workers_take_no_new_requests():
     registry = WorkerRegistry()
     register(registry, "w0")
     register(registry, "w1")
-    registry.heartbeat(Heartbeat("w0", "a", 0, 0, 100, 100, 0, {}, draining=True), now=0.0)
+    registry.heartbeat(Heartbeat("w0", "a", 0, 0, 100, 100, 0, draining=True), now=0.0)
     assert [w.worker_id for w in registry.live()] == ["w1"]
     assert registry.models() == ["m"]
 

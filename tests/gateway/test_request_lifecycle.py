@@ -10,12 +10,15 @@ from typing import Any
 
 import pytest
 
+from common.errors import RejectCode
 from common.schemas import Accepted, Finished, Message, Rejected, Submit, Tokens
+from common.token_output import FinishReason, TokenLogprob, TopLogprob
 from tests.gateway.in_process import call_and_leave, in_process, sse_data, until
 
 CHAT = [{"role": "user", "content": "Say hello."}]
 ROUTES = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
-HELLO_LOGPROBS = [[11, "Hel", -0.25, [[11, "Hel", -0.25], [12, "Hi", -1.5]]]]
+HELLO_TOP = (TopLogprob(11, "Hel", -0.25), TopLogprob(12, "Hi", -1.5))
+HELLO_LOGPROBS = [TokenLogprob(11, "Hel", -0.25, HELLO_TOP)]
 
 
 def body(protocol: str, stream: bool, **extra: Any) -> dict[str, Any]:
@@ -33,7 +36,7 @@ def hello(submit: Submit) -> list[Message]:
         Accepted(rid, prompt_tokens=7),
         Tokens(rid, 0, "Hel", [11], logprobs=HELLO_LOGPROBS),
         Tokens(rid, 0, "lo", [12]),
-        Finished(rid, 0, "stop", prompt_tokens=7, completion_tokens=2, cached_tokens=3),
+        Finished(rid, 0, FinishReason.STOP, prompt_tokens=7, completion_tokens=2, cached_tokens=3),
     ]
 
 
@@ -44,7 +47,7 @@ def started(submit: Submit) -> list[Message]:
 
 
 def rejected(submit: Submit) -> list[Message]:
-    return [Rejected(submit.request_id, "context_length_exceeded", "too long", "messages")]
+    return [Rejected(submit.request_id, RejectCode.CONTEXT_LENGTH_EXCEEDED, "too long", "messages")]
 
 
 def openai_stream(text: str) -> dict[str, Any]:
@@ -142,7 +145,7 @@ async def test_a_rejection_is_the_protocols_error(stream: bool):
 
 async def test_a_draining_worker_is_replaced_by_another():
     def draining(submit: Submit) -> list[Message]:
-        return [Rejected(submit.request_id, "draining", "shutting down")]
+        return [Rejected(submit.request_id, RejectCode.DRAINING, "shutting down")]
 
     async with in_process(draining, hello) as run:
         response = await run.client.post(ROUTES["openai"], json=body("openai", False))

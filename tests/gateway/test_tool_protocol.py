@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.token_output import ToolCallDelta
 from gateway.errors import ErrorKind, GatewayError
 from gateway.protocols.anthropic import AnthropicResponseBuilder
 from gateway.protocols.base import (
@@ -14,7 +15,6 @@ from gateway.protocols.base import (
     ChatResult,
     ChoiceResult,
     StreamState,
-    ToolCallPart,
 )
 from gateway.protocols.openai import OpenAIResponseBuilder
 from tests.gateway.test_anthropic_protocol import events_of
@@ -71,17 +71,17 @@ def make_state(request_id: str) -> StreamState:
 
 # Two calls as the worker sends them: id and name first (no arguments), then argument text.
 FIRST_CALL_PARTS = [
-    ToolCallPart(0, "abc", "get_weather", ""),
-    ToolCallPart(0, None, None, '{"city":'),
-    ToolCallPart(0, None, None, '"Paris"}'),
+    ToolCallDelta(0, "abc", "get_weather", ""),
+    ToolCallDelta(0, None, None, '{"city":'),
+    ToolCallDelta(0, None, None, '"Paris"}'),
 ]
 SECOND_CALL_PARTS = [
-    ToolCallPart(1, "def", "get_time", ""),
-    ToolCallPart(1, None, None, '{"zone":"CET"}'),
+    ToolCallDelta(1, "def", "get_time", ""),
+    ToolCallDelta(1, None, None, '{"zone":"CET"}'),
 ]
 
 
-def tool_choice_result(text: str = "", parts: list[ToolCallPart] | None = None) -> ChoiceResult:
+def tool_choice_result(text: str = "", parts: list[ToolCallDelta] | None = None) -> ChoiceResult:
     choice = ChoiceResult(0, text, "tool_calls", completion_tokens=12)
     choice.add_tool_call_parts(FIRST_CALL_PARTS + SECOND_CALL_PARTS if parts is None else parts)
     return choice

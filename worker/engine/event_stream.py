@@ -6,7 +6,8 @@ import queue
 from collections.abc import Iterator
 from typing import Any
 
-from worker.engine.sequence import FinishReason, TokenEvent
+from common.token_output import FinishReason
+from worker.engine.sequence import TokenEvent
 
 
 def put_tagged(merged: queue.Queue[tuple[int, TokenEvent]], index: int, event: TokenEvent) -> None:

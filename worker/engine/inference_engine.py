@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from common.sampling_params import SamplingParams
+from common.worker_stats import WorkerStats
 from worker.engine.cache_factory import build_cache
 from worker.engine.compiled_decode import CompiledDecode
 from worker.engine.generation_api import GenerationAPI
@@ -167,27 +167,32 @@ class InferenceEngine(GenerationAPI):
         return not self.scheduler.has_work()
 
     # -- state ------------------------------------------------------------------------------
-    def get_stats(self) -> dict[str, Any]:
-        counters = asdict(self.scheduler.counters)
+    def get_stats(self) -> WorkerStats:
+        counters = self.scheduler.counters
         cache = self.cache.stats()
         bytes_per_page = cache.bytes_reserved // max(1, cache.pages_total)
-        return {
-            **counters,
-            "active_tasks": self.scheduler.num_running,
-            "waiting_queue": self.scheduler.num_waiting,
-            "kv_pages_total": cache.pages_total,
-            "kv_pages_in_use": cache.pages_in_use,
-            "kv_pages_cached": cache.pages_cached,
-            "kv_pages_free": cache.pages_free,
-            "kv_page_size": cache.page_size,
-            "kv_bytes_reserved": cache.bytes_reserved,
-            "kv_bytes_in_use": cache.pages_in_use * bytes_per_page,
-            "kv_bytes_peak_in_use": cache.pages_peak_in_use * bytes_per_page,
-            "prefix_cache_hit_tokens": cache.hit_tokens,
-            "grammar_compile_seconds": self.requests.grammars.compile_seconds,
-            "grammar_mask_seconds": self.scheduler.grammar_masks.mask_seconds,
-            "grammar_masked_rows": self.scheduler.grammar_masks.masked_rows,
-        }
+        return WorkerStats(
+            total_tasks=counters.total_tasks,
+            total_tokens=counters.total_tokens,
+            prefill_tokens=counters.prefill_tokens,
+            decode_steps=counters.decode_steps,
+            preemptions=counters.preemptions,
+            finished_tasks=counters.finished_tasks,
+            active_tasks=self.scheduler.num_running,
+            waiting_queue=self.scheduler.num_waiting,
+            kv_pages_total=cache.pages_total,
+            kv_pages_in_use=cache.pages_in_use,
+            kv_pages_cached=cache.pages_cached,
+            kv_pages_free=cache.pages_free,
+            kv_page_size=cache.page_size,
+            kv_bytes_reserved=cache.bytes_reserved,
+            kv_bytes_in_use=cache.pages_in_use * bytes_per_page,
+            kv_bytes_peak_in_use=cache.pages_peak_in_use * bytes_per_page,
+            prefix_cache_hit_tokens=cache.hit_tokens,
+            grammar_compile_seconds=self.requests.grammars.compile_seconds,
+            grammar_mask_seconds=self.scheduler.grammar_masks.mask_seconds,
+            grammar_masked_rows=self.scheduler.grammar_masks.masked_rows,
+        )
 
     def shutdown(self) -> None:
         self.scheduler.stop()

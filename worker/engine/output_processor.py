@@ -7,10 +7,10 @@ from collections.abc import Iterable
 
 import torch
 
-from worker.engine.sequence import FinishReason, Sequence, TokenEvent, TokenLogprob
+from common.token_output import FinishReason, TokenLogprob, ToolCallDelta, TopLogprob
+from worker.engine.sequence import Sequence, TokenEvent
 from worker.sampling.grammar import GrammarViolation, grammar_finished
 from worker.text.tokenizer import Tokenizer
-from worker.text.tool_parser import ToolCallDelta
 
 
 class OutputProcessor:
@@ -102,5 +102,7 @@ class OutputProcessor:
             token_id=token_id,
             text=decode([token_id], skip_special_tokens=False),
             logprob=logprob,
-            top=tuple((tid, decode([tid], skip_special_tokens=False), lp) for tid, lp in top),
+            top=tuple(
+                TopLogprob(tid, decode([tid], skip_special_tokens=False), lp) for tid, lp in top
+            ),
         )

@@ -7,11 +7,12 @@ from collections import deque
 
 import torch
 
+from common.token_output import FinishReason
 from worker.engine.output_processor import OutputProcessor
 from worker.engine.runner import Chunk, ModelRunner
 from worker.engine.scheduler_config import SchedulerConfig, SchedulerCounters
 from worker.engine.scheduler_loop import SchedulerLoop, call_safely
-from worker.engine.sequence import FinishReason, Sequence, TokenEvent
+from worker.engine.sequence import Sequence, TokenEvent
 from worker.kv.base import KVCache
 from worker.sampling.grammar import GrammarMasks
 from worker.sampling.sampler import sample_rows

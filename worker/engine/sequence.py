@@ -5,31 +5,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 import torch
 
 from common.sampling_params import SamplingParams
+from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
 from worker.text.stop_strings import StopStringMatcher
 from worker.text.tokenizer import IncrementalDetokenizer
-from worker.text.tool_parser import ToolCallDelta, ToolCallParser
-
-
-class FinishReason(str, Enum):
-    STOP = "stop"  # EOS, a stop token id or a stop string
-    LENGTH = "length"  # max_tokens or the context limit
-    ABORT = "abort"  # the caller cancelled it
-    ERROR = "error"  # the engine failed while running it
-    TOOL_CALLS = "tool_calls"  # the answer is one or more tool calls
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    token_id: int
-    text: str
-    logprob: float
-    top: tuple[tuple[int, str, float], ...] = ()  # (token id, text, logprob), best first
+from worker.text.tool_parser import ToolCallParser
 
 
 @dataclass(frozen=True)

@@ -10,21 +10,15 @@ def to_wire(event: TokenEvent) -> list[Message]:
     """A scheduler event as wire messages: its text and tokens, then its end if it ended."""
     messages: list[Message] = []
     if event.token_ids or event.text or event.tool_calls:
-        logprobs = None
-        if event.logprobs:
-            logprobs = [
-                [lp.token_id, lp.text, lp.logprob, [list(top) for top in lp.top]]
-                for lp in event.logprobs
-            ]
-        tool_calls = [[d.index, d.id, d.name, d.arguments] for d in event.tool_calls] or None
+        # The event's logprobs and tool-call parts are the wire's own structs.
         messages.append(
             Tokens(
                 event.request_id,
                 event.index,
                 event.text,
                 list(event.token_ids),
-                logprobs,
-                tool_calls,
+                list(event.logprobs) or None,
+                list(event.tool_calls) or None,
             )
         )
     if event.finish_reason is not None:
@@ -33,7 +27,7 @@ def to_wire(event: TokenEvent) -> list[Message]:
             Finished(
                 request_id=event.request_id,
                 index=event.index,
-                finish_reason=event.finish_reason.value,
+                finish_reason=event.finish_reason,
                 prompt_tokens=usage.prompt_tokens if usage else 0,
                 completion_tokens=usage.completion_tokens if usage else 0,
                 cached_tokens=usage.cached_tokens if usage else 0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from common.errors import RejectCode
 from common.sampling_params import SamplingParams
 from common.schemas import Accepted, Message, Rejected, Submit, Tokenize, Tokenized, Tokens
 from worker.engine.inference_engine import InferenceEngine
@@ -32,7 +33,7 @@ def submit(engine: InferenceEngine, message: Submit, sink: EventSink) -> list[Me
         return [_refusal(request_id, exc)]
     except Exception:  # a bug, or a chat template that cannot take it: this request fails alone
         log.exception("request %s could not be queued", request_id)
-        return [Rejected(request_id, "internal", INTERNAL)]
+        return [Rejected(request_id, RejectCode.INTERNAL, INTERNAL)]
     replies: list[Message] = [Accepted(request_id, prompt_tokens)]
     if message.echo and message.prompts is not None:
         for p, (prompt, ids) in enumerate(zip(message.prompts, prompt_ids, strict=True)):
@@ -57,7 +58,7 @@ def tokenize(engine: InferenceEngine, message: Tokenize) -> Tokenized | Rejected
         return _refusal(message.request_id, exc)
     except Exception:
         log.exception("request %s could not be tokenized", message.request_id)
-        return Rejected(message.request_id, "internal", INTERNAL)
+        return Rejected(message.request_id, RejectCode.INTERNAL, INTERNAL)
     return Tokenized(message.request_id, ids, max_context=engine.max_model_len)
 
 
@@ -65,4 +66,4 @@ def _refusal(request_id: str, exc: TypeError | ValueError) -> Rejected:
     """A RequestError keeps its code and parameter; any other bad input is invalid."""
     if isinstance(exc, RequestError):
         return Rejected(request_id, exc.code, str(exc), exc.param)
-    return Rejected(request_id, "invalid_request", str(exc))
+    return Rejected(request_id, RejectCode.INVALID_REQUEST, str(exc))

@@ -8,10 +8,12 @@ import socket
 import threading
 import time
 import uuid
+from dataclasses import replace
 
 import zmq
 
 from common.curve import make_client
+from common.errors import RejectCode
 from common.schemas import (
     Abort,
     GatewayBeat,
@@ -210,7 +212,8 @@ class WorkerServer:
 
     def _submit(self, message: Submit) -> list[Message]:
         if self._draining.is_set():
-            return [Rejected(message.request_id, "draining", "this worker is shutting down")]
+            why = "this worker is shutting down"
+            return [Rejected(message.request_id, RejectCode.DRAINING, why)]
         return wire_requests.submit(self.engine, message, self._push_event)
 
     def _register(self) -> Register:
@@ -221,23 +224,22 @@ class WorkerServer:
             model=self.engine.model_name,
             max_context=self.engine.max_model_len,
             max_seqs=self.engine.options.max_seqs,
-            kv_pages=stats["kv_pages_total"],
-            page_size=stats["kv_page_size"],
+            kv_pages=stats.kv_pages_total,
+            page_size=stats.kv_page_size,
             pid=os.getpid(),
             host=socket.gethostname(),
         )
 
     def _heartbeat(self) -> Heartbeat:
-        stats = self.engine.get_stats()
-        stats["dropped_frames"] = sum(self.drops.counts.values())
+        stats = replace(self.engine.get_stats(), dropped_frames=sum(self.drops.counts.values()))
         return Heartbeat(
             worker_id=self.config.worker_id,
             incarnation=self.incarnation,
-            waiting=stats["waiting_queue"],
-            running=stats["active_tasks"],
-            kv_pages_free=stats["kv_pages_free"] + stats["kv_pages_cached"],
-            kv_pages_total=stats["kv_pages_total"],
-            prefix_cache_hit_tokens=stats["prefix_cache_hit_tokens"],
+            waiting=stats.waiting_queue,
+            running=stats.active_tasks,
+            kv_pages_free=stats.kv_pages_free + stats.kv_pages_cached,
+            kv_pages_total=stats.kv_pages_total,
+            prefix_cache_hit_tokens=stats.prefix_cache_hit_tokens,
             stats=stats,
             draining=self._draining.is_set(),
         )

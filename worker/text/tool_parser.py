@@ -10,22 +10,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
 
+from common.token_output import ToolCallDelta
 from common.tool_calls import CALL_CLOSE, CALL_OPEN
 
 _HEAD = '{"name":'
 _ARGUMENTS_KEY = ',"arguments":'
-
-
-@dataclass(frozen=True)
-class ToolCallDelta:
-    """Part of call `index` of a choice: its id and name first (once), then argument text."""
-
-    index: int
-    id: str | None = None
-    name: str | None = None
-    arguments: str = ""
 
 
 class ToolCallParser:

@@ -158,9 +158,9 @@ def test_prompts_sharing_a_system_prompt_mid_page_answer_as_without_the_cache(
     ids = [engine.requests.prompt_token_ids(p) for p in prompts]
     common = next(i for i, (a, b) in enumerate(zip(*ids, strict=False)) if a != b)
     assert common % page, "the shared prefix must end mid-page for this test"
-    hits_before = engine.get_stats()["prefix_cache_hit_tokens"]
+    hits_before = engine.get_stats().prefix_cache_hit_tokens
     cached = [engine.generate(p, temperature=0, max_tokens=16) for p in prompts]
-    assert engine.get_stats()["prefix_cache_hit_tokens"] - hits_before >= common
+    assert engine.get_stats().prefix_cache_hit_tokens - hits_before >= common
     with InferenceEngine(dtype="float32", kv_cache_mb=64, enable_prefix_caching=False) as fresh:
         assert [fresh.generate(p, temperature=0, max_tokens=16) for p in prompts] == cached
 
@@ -221,10 +221,10 @@ def test_closing_a_stream_early_frees_its_pages(engine: InferenceEngine):
     next(stream)
     stream.close()
     for _ in range(500):
-        if engine.get_stats()["kv_pages_in_use"] == 0:
+        if engine.get_stats().kv_pages_in_use == 0:
             break
         threading.Event().wait(0.01)
-    assert engine.get_stats()["kv_pages_in_use"] == 0
+    assert engine.get_stats().kv_pages_in_use == 0
 
 
 @pytest.mark.parametrize(
@@ -251,8 +251,8 @@ def test_bad_input_raises_and_leaves_the_engine_untouched(
     with pytest.raises(ValueError, match=message):
         engine.generate(prompt, **kwargs)
     after = engine.get_stats()
-    assert after["total_tasks"] == before["total_tasks"]
-    assert after["waiting_queue"] == 0
+    assert after.total_tasks == before.total_tasks
+    assert after.waiting_queue == 0
 
 
 def test_stats_report_every_documented_field(engine: InferenceEngine):
@@ -271,9 +271,9 @@ def test_stats_report_every_documented_field(engine: InferenceEngine):
         "decode_steps",
         "preemptions",
     ):
-        assert isinstance(stats[key], int), key
-    assert stats["kv_pages_in_use"] == 0 and stats["active_tasks"] == 0
-    assert stats["kv_pages_cached"] > 0  # finished prompts stay indexed
+        assert isinstance(getattr(stats, key), int), key
+    assert stats.kv_pages_in_use == 0 and stats.active_tasks == 0
+    assert stats.kv_pages_cached > 0  # finished prompts stay indexed
 
 
 def test_contiguous_cache_gives_the_same_greedy_text(engine: InferenceEngine):

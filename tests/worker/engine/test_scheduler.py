@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from common.sampling_params import SamplingParams
+from common.token_output import FinishReason
 from tests.worker.stack_factory import Stack, tiny_stack
 from worker.engine.runner import Chunk
-from worker.engine.sequence import FinishReason
 
 PROMPT_33 = list(range(1000, 1033))  # 8 full pages of 4 and one token over
 
@@ -49,6 +49,7 @@ def test_prompts_of_different_lengths_prefill_in_one_forward_then_decode_togethe
     assert stack.cache.stats().pages_in_use == 0
 
 
+@pytest.mark.slow  # seconds: the tiny model over the default tokenizer, many steps
 def test_batched_output_equals_each_prompt_alone(default_model_dir: Path):
     prompts = [list(range(700, 700 + n)) for n in (3, 8, 17, 30)]
     stack = tiny_stack(default_model_dir)
@@ -61,6 +62,7 @@ def test_batched_output_equals_each_prompt_alone(default_model_dir: Path):
         )
 
 
+@pytest.mark.slow  # seconds: the tiny model over the default tokenizer, many steps
 def test_chunked_prefill_keeps_running_streams_decoding(default_model_dir: Path):
     stack = tiny_stack(default_model_dir, budget=8)
     calls = record_forwards(stack)
@@ -80,6 +82,7 @@ def test_chunked_prefill_keeps_running_streams_decoding(default_model_dir: Path)
     )
 
 
+@pytest.mark.slow  # seconds: the tiny model over the default tokenizer, many steps
 @pytest.mark.parametrize("budget", [512, 8])
 def test_requests_arriving_together_compute_a_shared_prefix_once(
     default_model_dir: Path, budget: int
@@ -129,6 +132,7 @@ def test_n_choices_share_the_prompt_pages(default_model_dir: Path):
     assert stack.scheduler.counters.prefill_tokens == 33 + 2
 
 
+@pytest.mark.slow  # seconds: the tiny model over the default tokenizer, many steps
 def test_out_of_pages_preempts_the_newest_and_output_is_unchanged(default_model_dir: Path):
     prompts = [list(range(3000 + 50 * i, 3010 + 50 * i)) for i in range(3)]
     stack = tiny_stack(default_model_dir, num_pages=16)
@@ -259,6 +263,7 @@ def test_context_limit_ends_with_length(default_model_dir: Path):
     assert stack.collector.finished("r")[0].finish_reason is FinishReason.LENGTH
 
 
+@pytest.mark.slow  # seconds: the tiny model over the default tokenizer, many steps
 def test_seeded_sampling_is_the_same_alone_and_in_a_batch(default_model_dir: Path):
     sampled = {"temperature": 0.9, "top_p": 0.95, "seed": 1234, "max_tokens": 10}
     alone = solo_tokens(default_model_dir, [5, 6, 7], **sampled)

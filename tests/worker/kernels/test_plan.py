@@ -11,6 +11,7 @@ from worker.kernels.build import native_kernels_available
 from worker.kernels.plan import FLOAT32_LAYOUTS, PANEL_CANDIDATE_ROWS, KernelPlan, measure
 
 
+@pytest.mark.slow  # it times every candidate kernel: seconds
 def test_measure_picks_among_the_candidates_and_records_what_it_timed():
     plan = measure()
     assert plan.float32_layout in FLOAT32_LAYOUTS

@@ -807,5 +807,6 @@ MACHINE_SETTINGS = settings(
 )
 PageCacheMachine.TestCase.settings = MACHINE_SETTINGS
 CollidingPageCacheMachine.TestCase.settings = MACHINE_SETTINGS
-test_page_cache_machine = PageCacheMachine.TestCase
-test_page_cache_machine_with_hash_collisions = CollidingPageCacheMachine.TestCase
+# Seconds each (hundreds of generated programs): in `make test`, not `make test-fast`.
+test_page_cache_machine = pytest.mark.slow(PageCacheMachine.TestCase)
+test_page_cache_machine_with_hash_collisions = pytest.mark.slow(CollidingPageCacheMachine.TestCase)

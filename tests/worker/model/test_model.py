@@ -42,6 +42,7 @@ def test_prefill_one_sequence_matches_transformers(arch, tmp_path):
     assert max_diff(logits, reference_logits(hf, tokens)) < TOL
 
 
+@pytest.mark.slow  # seconds per architecture; one prefill per architecture stays fast
 @pytest.mark.parametrize("per_sequence", [True, False], ids=["per-sequence", "padded"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_packed_prefill_of_three_sequences_matches_transformers(arch, per_sequence, tmp_path):
@@ -72,6 +73,7 @@ def test_packed_prefill_of_three_sequences_matches_transformers(arch, per_sequen
         assert not cache.v[:, rest].any()
 
 
+@pytest.mark.slow  # seconds per architecture; one prefill per architecture stays fast
 @pytest.mark.parametrize("per_sequence", [True, False], ids=["per-sequence", "padded"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_chunked_prefill_attends_to_rows_of_the_first_chunk(arch, per_sequence, tmp_path):
@@ -91,6 +93,7 @@ def test_chunked_prefill_attends_to_rows_of_the_first_chunk(arch, per_sequence, 
     assert max_diff(second[7:], reference_logits(hf, fresh)) < TOL
 
 
+@pytest.mark.slow  # seconds per architecture; one prefill per architecture stays fast
 @pytest.mark.parametrize("arch", ARCHS)
 def test_greedy_decode_steps_match_transformers_on_the_sequence_so_far(arch, tmp_path):
     hf, ours = model_pair(arch, tmp_path)

@@ -29,6 +29,7 @@ pytestmark = needs_native_kernels
 
 # None: float layers, one native call per op; "q4_1": every layer in one astrai::decode_layers
 # call; "q4_1 per layer": the same blocks, one call per op from Python.
+@pytest.mark.slow  # 18 cases, ~11 s on 2 cores
 @pytest.mark.parametrize("quantization", [None, "q4_1", "q4_1 per layer"])
 @pytest.mark.parametrize("arch", list(ARCHITECTURES))
 def test_decode_steps_equal_the_reference_forward(arch: str, quantization: str | None, tmp_path):

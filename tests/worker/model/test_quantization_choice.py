@@ -81,6 +81,7 @@ def test_none_means_float_weights(requested, tmp_path):
     assert resolve_quantization("int4", tmp_path, CPU) == ("int4", False)
 
 
+@pytest.mark.slow  # starts an InferenceEngine (its thread, a model load)
 @needs_native_kernels
 def test_the_engine_says_at_startup_what_this_cpu_got(tmp_path, caplog):
     import logging

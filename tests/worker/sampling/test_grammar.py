@@ -148,14 +148,15 @@ def test_constrained_and_free_requests_share_a_batch(engine: InferenceEngine):
     assert results[second] == expected  # the free row is untouched by its neighbour's mask
     assert json.loads(results[first])["age"] is not None
     stats = engine.get_stats()
-    assert stats["grammar_masked_rows"] > 0 and stats["grammar_mask_seconds"] > 0
+    assert stats.grammar_masked_rows > 0 and stats.grammar_mask_seconds > 0
 
 
 def test_a_token_the_grammar_refuses_ends_only_its_choice_in_an_error(
     tokenizer: Tokenizer, compiler: GrammarCompiler
 ):
+    from common.token_output import FinishReason
     from worker.engine.output_processor import OutputProcessor
-    from worker.engine.sequence import FinishReason, Sequence
+    from worker.engine.sequence import Sequence
     from worker.text.stop_strings import StopStringMatcher
 
     params = SamplingParams(structured_output=SCHEMA_SPEC)

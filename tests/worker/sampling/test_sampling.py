@@ -226,6 +226,7 @@ def neighbour(rng: torch.Generator, index: int) -> SamplingRow:
     )
 
 
+@pytest.mark.slow  # 10 seeds, each at every position of a batch: seconds
 def test_a_seeded_row_draws_the_same_token_alone_and_anywhere_in_a_batch() -> None:
     vocab, batch = 3000, 5
     rng = torch.Generator().manual_seed(11)

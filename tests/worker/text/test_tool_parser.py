@@ -5,7 +5,8 @@ from typing import Any
 
 import pytest
 
-from worker.text.tool_parser import ToolCallDelta, ToolCallParser
+from common.token_output import ToolCallDelta
+from worker.text.tool_parser import ToolCallParser
 
 
 def call_text(name: str, arguments: Any) -> str:

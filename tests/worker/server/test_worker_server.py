@@ -1,0 +1,237 @@
+"""WorkerServer's I/O loop in process: the real server on a thread, a fake engine, and a
+scripted gateway on a real ROUTER socket. Registration, heartbeats, Submit and its events,
+Abort, draining, gateway restarts and silence, and malformed frames."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from common.errors import RejectCode
+from common.schemas import (
+    Abort,
+    Accepted,
+    Finished,
+    Heartbeat,
+    Register,
+    Rejected,
+    Submit,
+    Tokens,
+)
+from common.token_output import FinishReason, TokenLogprob, ToolCallDelta, TopLogprob
+from tests.worker.server.fake_engine import FakeEngine
+from tests.worker.server.scripted_gateway import ScriptedGateway
+from worker.engine.sequence import TokenEvent, Usage
+from worker.server.worker_config import WorkerConfig
+from worker.server.worker_server import WorkerServer
+
+BEAT_S = 0.05
+GATEWAY_TIMEOUT_S = 1.0
+BEATS = (Heartbeat,)
+BEATS_AND_REGISTERS = (Heartbeat, Register)
+
+
+@dataclass
+class Running:
+    server: WorkerServer
+    engine: FakeEngine
+    gateway: ScriptedGateway
+    thread: threading.Thread  # runs server.run
+
+
+@contextmanager
+def running_worker() -> Iterator[Running]:
+    """The server's loop on a thread of its own, dialing a scripted gateway; stopped, joined
+    and its sockets closed at the end."""
+    gateway = ScriptedGateway()
+    engine = FakeEngine()
+    config = WorkerConfig(
+        gateway=gateway.address,
+        worker_id="w-test",
+        heartbeat_s=BEAT_S,
+        gateway_timeout_s=GATEWAY_TIMEOUT_S,
+        register_every=1000,  # only the registrations a test provokes
+        drain_timeout_s=5.0,
+    )
+    server = WorkerServer(engine, config)  # type: ignore[arg-type]  # duck-typed engine
+    thread = threading.Thread(target=server.run, name="worker-io-under-test")
+    thread.start()
+    try:
+        yield Running(server, engine, gateway, thread)
+    finally:
+        server.stop()
+        thread.join(5)
+        assert not thread.is_alive(), "the worker's loop did not stop"
+        server._context.destroy(linger=0)  # the process's exit does this in production
+        gateway.close()
+
+
+def connect(gateway: ScriptedGateway, incarnation: str = "gw-1") -> Register:
+    """Answer the worker's beats until it is settled: two heartbeats in a row with no
+    Register between them (registrations still in flight are read by then)."""
+    gateway.beat_incarnation = incarnation
+    register = gateway.expect(Register, skip=BEATS)
+    beats_in_a_row = 0
+    while beats_in_a_row < 2:
+        beats_in_a_row = beats_in_a_row + 1 if isinstance(gateway.receive(), Heartbeat) else 0
+    assert isinstance(register, Register)
+    return register
+
+
+def test_it_registers_then_beats_with_the_engines_figures():
+    with running_worker() as w:
+        server, engine, gateway = w.server, w.engine, w.gateway
+        register = gateway.receive()
+        assert register == Register(
+            "w-test", server.incarnation, "fake", 64, 4, 100, 16, os.getpid(), socket.gethostname()
+        )
+        beat = gateway.receive()
+        assert beat == Heartbeat(
+            worker_id="w-test",
+            incarnation=server.incarnation,
+            waiting=2,
+            running=1,
+            kv_pages_free=95,  # free + cached
+            kv_pages_total=100,
+            prefix_cache_hit_tokens=7,
+            stats=engine.get_stats(),
+            draining=False,
+        )
+        assert not server.connected  # nobody answered yet: it registers on every beat
+        assert gateway.expect(Register, skip=BEATS).incarnation == server.incarnation
+
+
+def test_submit_is_accepted_then_its_events_are_forwarded_as_typed_messages():
+    with running_worker() as w:
+        engine, gateway = w.engine, w.gateway
+        connect(gateway)
+        gateway.send(Submit("r1", {"max_tokens": 3, "logprobs": True}, prompt="hi"))
+        assert gateway.expect(Accepted, skip=BEATS) == Accepted("r1", 2)
+        [(request_id, prompt, params)] = engine.submitted
+        assert (request_id, prompt, params.max_tokens, params.logprobs) == ("r1", "hi", 3, True)
+
+        logprob = TokenLogprob(
+            5, "Hel", -0.5, (TopLogprob(5, "Hel", -0.5), TopLogprob(9, "He", -2))
+        )
+        call = ToolCallDelta(0, "c1", "get_weather", '{"city":')
+        engine.emit(TokenEvent("r1", 0, "Hel", (5,), (logprob,)))
+        engine.emit(
+            TokenEvent(
+                "r1",
+                0,
+                "",
+                (6,),
+                finish_reason=FinishReason.TOOL_CALLS,
+                usage=Usage(2, 2, 0),
+                tool_calls=(call,),
+            )
+        )
+        assert gateway.expect(Tokens, skip=BEATS) == Tokens("r1", 0, "Hel", [5], [logprob])
+        assert gateway.expect(Tokens, skip=BEATS) == Tokens("r1", 0, "", [6], None, [call])
+        finished = gateway.expect(Finished, skip=BEATS)
+        assert finished == Finished("r1", 0, FinishReason.TOOL_CALLS, 2, 2, 0)
+        assert isinstance(finished, Finished) and finished.finish_reason is FinishReason.TOOL_CALLS
+
+
+def test_bad_requests_are_rejected_with_their_code_and_the_loop_goes_on():
+    with running_worker() as w:
+        engine, gateway = w.engine, w.gateway
+        connect(gateway)
+        gateway.send(Submit("bad", {"temperature": -1}, prompt="hi"))  # checked on arrival
+        rejected = gateway.expect(Rejected, skip=BEATS)
+        assert isinstance(rejected, Rejected)
+        assert (rejected.code, rejected.param) == (RejectCode.INVALID_REQUEST, "temperature")
+        gateway.send(Submit("long", {}, prompt="x" * 100))
+        rejected = gateway.expect(Rejected, skip=BEATS)
+        assert isinstance(rejected, Rejected)
+        assert (rejected.code, rejected.param) == (RejectCode.CONTEXT_LENGTH_EXCEEDED, "prompt")
+        gateway.send(Submit("ok", {}, prompt="fine"))
+        assert gateway.expect(Accepted, skip=BEATS) == Accepted("ok", 4)
+        assert [request_id for request_id, _, _ in engine.submitted] == ["ok"]
+
+
+def test_abort_reaches_the_engine():
+    with running_worker() as w:
+        engine, gateway = w.engine, w.gateway
+        connect(gateway)
+        gateway.send(Submit("r1", {}, prompt="hi"))
+        gateway.expect(Accepted, skip=BEATS)
+        gateway.send(Abort("r1"))
+        gateway.wait_until(lambda: engine.aborted == ["r1"])
+        assert engine.num_abort_all == 0
+
+
+def test_a_draining_worker_rejects_submits_says_so_and_stops_once_idle():
+    with running_worker() as w:
+        server, engine, gateway = w.server, w.engine, w.gateway
+        connect(gateway)
+        engine.idle = False  # a request still runs
+        server.drain()
+        gateway.send(Submit("r1", {}, prompt="hi"))
+        assert gateway.expect(Rejected, skip=BEATS) == Rejected(
+            "r1", RejectCode.DRAINING, "this worker is shutting down"
+        )
+        beat = gateway.expect(Heartbeat)
+        assert isinstance(beat, Heartbeat) and beat.draining
+        assert engine.submitted == []
+        engine.idle = True
+        w.thread.join(2)  # drained: the loop returns on its own
+        assert not w.thread.is_alive()
+
+
+def test_a_restarted_gateway_gets_everything_aborted_and_a_registration_at_once():
+    with running_worker() as w:
+        server, engine, gateway = w.server, w.engine, w.gateway
+        first = connect(gateway, "gw-1")
+        assert engine.num_abort_all == 0
+        gateway.beat_incarnation = "gw-2"  # another gateway answers the next heartbeat
+        register = gateway.expect(Register, timeout_s=5 * BEAT_S, skip=BEATS)
+        assert engine.num_abort_all == 1
+        assert register == first  # the same incarnation: the worker did not restart
+        assert server.gateway_incarnation == "gw-2"
+
+
+def test_being_dropped_by_the_same_gateway_aborts_all_and_registers_anew():
+    with running_worker() as w:
+        server, engine, gateway = w.server, w.engine, w.gateway
+        first = connect(gateway)
+        gateway.registered = False
+        register = gateway.expect(Register, timeout_s=5 * BEAT_S, skip=BEATS)
+        assert engine.num_abort_all == 1
+        assert isinstance(register, Register) and register.incarnation != first.incarnation
+        assert register.incarnation == server.incarnation
+
+
+def test_gateway_silence_past_the_timeout_aborts_all_and_registers_anew():
+    with running_worker() as w:
+        server, engine, gateway = w.server, w.engine, w.gateway
+        first = connect(gateway)
+        gateway.beat_incarnation = None  # no more answers
+        silent_from = time.monotonic()
+        register = gateway.expect(Register, timeout_s=GATEWAY_TIMEOUT_S + 1, skip=BEATS)
+        assert time.monotonic() - silent_from >= GATEWAY_TIMEOUT_S - 2 * BEAT_S
+        assert engine.num_abort_all == 1
+        assert isinstance(register, Register) and register.incarnation != first.incarnation
+        assert not server.connected
+
+
+def test_a_malformed_frame_is_dropped_and_counted_and_the_loop_keeps_running():
+    with running_worker() as w:
+        server, gateway = w.server, w.gateway
+        connect(gateway)
+        gateway.send_raw(b"\xc1")  # not msgpack
+        gateway.send(Accepted("r0", 1))  # well formed, but no gateway sends it
+        gateway.wait_until(lambda: sum(server.drops.counts.values()) == 2)
+        assert dict(server.drops.counts) == {"malformed": 1, "unexpected": 1}
+        beat = gateway.expect(Heartbeat, skip=(Register,))
+        while isinstance(beat, Heartbeat) and beat.stats and beat.stats.dropped_frames < 2:
+            beat = gateway.expect(Heartbeat)  # one sent before the drops may be in flight
+        assert isinstance(beat, Heartbeat) and beat.stats is not None
+        assert beat.stats.dropped_frames == 2
+        gateway.send(Submit("r1", {}, prompt="hi"))
+        assert gateway.expect(Accepted, skip=BEATS) == Accepted("r1", 2)
