@@ -21,7 +21,6 @@
 #include "activations.h"
 #include "block_format.h"
 #include "direct_kernel.h"
-#include "madd_kernel.h"
 #include "ops.h"
 #include "panel_kernel.h"
 #include "parallel.h"
@@ -35,16 +34,7 @@ template <bool kQ8>
 void direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int64_t tiles,
             int64_t blocks, float* out, const float* init) {
   const int64_t m = input.size(0), k = blocks * kBlock, record = record_bytes<kQ8>();
-  // Q4_1 multiplies in 16-bit integers on AVX2 (madd_kernel.h: ~8-10% faster decode steps
-  // at 1 and 8 rows on a 2-core AVX2 EPYC, equal at 4); Q8_0 and other CPUs in float32.
-#if defined(__AVX2__)
-  constexpr bool kMadd = !kQ8;
-#else
-  constexpr bool kMadd = false;
-#endif
-  const Rows rows = kMadd ? Rows{} : prepare_rows(input.data_ptr<float>(), m, k, kQ8, pro, true);
-  const PairRows pair_rows =
-      kMadd ? prepare_pair_rows(input.data_ptr<float>(), m, k, pro) : PairRows{};
+  const Rows rows = prepare_rows(input.data_ptr<float>(), m, k, kQ8, pro, true);
   const int64_t stride = tiles * kTile;
   // Chunks of ~32 KB of weights: small enough to balance, large enough to stream.
   const int64_t chunk = std::max<int64_t>(1, 32768 / (blocks * record));
@@ -65,18 +55,7 @@ void direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int6
         const int64_t t = width * g;
         float* o = out + t * kTile;
         const float* start = init == nullptr ? nullptr : init + t * kTile;
-        const bool pair = width == 2 && t + 1 < tiles;
-#if defined(__AVX2__)
-        if constexpr (kMadd) {
-          if (pair) {
-            madd_rows<2>(w + t * run, run, pair_rows, pass, end_row, o, start, stride);
-          } else {
-            madd_rows<1>(w + t * run, run, pair_rows, pass, end_row, o, start, stride);
-          }
-          continue;
-        }
-#endif
-        if (pair) {
+        if (width == 2 && t + 1 < tiles) {
           tile_rows<kQ8, 2>(w + t * run, run, rows, pass, end_row, blocks, o, start, stride);
         } else {
           tile_rows<kQ8, 1>(w + t * run, run, rows, pass, end_row, blocks, o, start, stride);
