@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from common.cli_options import add_flags, build
-from common.log_setup import add_log_level, configure_logging
+from common.log_setup import add_log_level, run_command
 from gateway.config import GatewayConfig
 
 
@@ -44,14 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m gateway`: the same as `astrai gateway`, without the launcher."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        command = gateway_command(args)
-    except ValueError as exc:  # a value the flag's type allows but the config refuses
-        parser.error(str(exc))
-    configure_logging(args.log_level)
-    return command()
+    return run_command(build_parser(), gateway_command, argv)
 
 
 if __name__ == "__main__":

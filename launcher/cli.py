@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from common.cli_options import add_flags, build
-from common.log_setup import add_log_level, configure_logging
+from common.log_setup import add_log_level, run_command
 from common.ports import free_loopback_port
 from gateway import cli as gateway_cli
 from gateway.config import GatewayConfig
@@ -94,14 +94,7 @@ def _command(args: argparse.Namespace) -> Callable[[], int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        command = _command(args)
-    except ValueError as exc:  # a value the flag's type allows but an options class refuses
-        parser.error(str(exc))
-    configure_logging(args.log_level)
-    return command()
+    return run_command(build_parser(), _command, argv)
 
 
 if __name__ == "__main__":

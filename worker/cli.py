@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from common.cli_options import add_flags, build
-from common.log_setup import add_log_level, configure_logging
+from common.log_setup import add_log_level, run_command
 from worker.engine.options import EngineOptions
 from worker.server.process_options import WorkerProcessOptions
 from worker.server.worker_config import WorkerConfig
@@ -53,14 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m worker`: the same as `astrai worker`, without the launcher."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        command = worker_command(args)
-    except ValueError as exc:  # a value the flag's type allows but an options class refuses
-        parser.error(str(exc))
-    configure_logging(args.log_level)
-    return command()
+    return run_command(build_parser(), worker_command, argv)
 
 
 if __name__ == "__main__":
