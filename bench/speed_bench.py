@@ -1,8 +1,9 @@
 """`make bench`: astrai serve against llama.cpp's own llama-server, same GGUF, same client.
 
-Every system runs in a fresh process, one after the other, driven over HTTP by the same
-closed-loop streaming client (W1 at 1, 8 and 32 streams, W2 at 32) and by Poisson arrivals
-of the mixed workload; the top-1 accuracy of the precision options is measured first.
+Both servers are up side by side and driven over HTTP by the same closed-loop streaming
+client: each W1 point (1, 8 and 32 streams) in alternating rounds (bench/paired.py), W2 at 32
+once each, then Poisson arrivals of the mixed workload; float32 weights after, for reference.
+The top-1 accuracy of the precision options is measured first.
 Results: <out>/speed.json and <out>/speed.md (docs/BENCHMARKS.md quotes them).
 """
 
@@ -23,8 +24,9 @@ from bench.accuracy import top1_agreement
 from bench.engine_bench import isolated
 from bench.loadgen import LoadSpec, drive_load
 from bench.measure import RunResult, run_http, worker_memory
+from bench.paired import Contender, alternate
 from bench.server import REPO, LlamaServer, Server
-from bench.speed_report import goals_table, mixed_table, runs_table
+from bench.speed_report import OURS, PEER, goals_table, mixed_table, runs_table
 from bench.summary import summarize
 from bench.workloads import TENANTS, mixed, tenant_system_prompt, w1, w2
 from worker.kernels.plan import kernel_plan
@@ -34,11 +36,6 @@ from worker.model.model_dir import default_model_path, resolve_model_dir
 WORKLOADS = {"W1": w1, "W2": w2}
 MIXED_RATES = (0.5, 1.0, 2.0)
 SLO_TTFT_S, SLO_ITL_S = 1.0, 0.1
-
-
-def sweep(server: Any, label: str, runs: list[tuple[str, int, int]]) -> list[RunResult]:
-    run_http(w1(), 1, 2, "warmup", server)
-    return [run_http(WORKLOADS[name](), c, n, label, server) for name, c, n in runs]
 
 
 def mixed_points(server: Any, num_requests: int) -> list[dict[str, Any]]:
@@ -67,25 +64,52 @@ def mixed_points(server: Any, num_requests: int) -> list[dict[str, Any]]:
     return points
 
 
-def astrai_runs(
-    label: str, runs: list[tuple[str, int, int]], mixed_requests: int, *serve_args: str
-) -> tuple[list[RunResult], list[dict[str, Any]], dict[str, Any]]:
-    server = Server("serve", *serve_args).wait_ready(timeout_s=600)
+def point(label: str, server: Server | LlamaServer, workload: str, c: int, n: int) -> Contender:
+    """`server` as a contender at one workload point; W1's rounds take fresh prompts."""
+
+    def measure(label: str, index: int) -> RunResult:
+        chosen = w1(variant=index) if workload == "W1" else WORKLOADS[workload]()
+        return run_http(chosen, c, n, label, server)
+
+    return Contender(label, server.process.pid, measure)  # its own session: pid = group id
+
+
+def head_to_head(
+    binary: str | None,
+    runs: list[tuple[str, int, int]],
+    rounds: int,
+    mixed_requests: int,
+) -> tuple[list[RunResult], dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    """astrai serve (defaults) and llama-server up side by side: each W1 point in `rounds`
+    alternating rounds, W2 once each (its shared prompt cold), then the mixed load on each."""
+    servers: dict[str, Server | LlamaServer] = {OURS: Server("serve").wait_ready(timeout_s=600)}
     try:
-        results = sweep(server, label, runs)
-        points = mixed_points(server, mixed_requests) if mixed_requests else []
-        return results, points, worker_memory(server)
+        if binary is not None:
+            servers[PEER] = LlamaServer(Path(binary), default_model_path()).wait_ready()
+        for server in servers.values():
+            run_http(w1(), 1, 2, "warmup", server)
+        results: list[RunResult] = []
+        for workload, c, n in runs:
+            contenders = [point(label, s, workload, c, n) for label, s in servers.items()]
+            results += alternate(contenders, rounds if workload == "W1" else 1)
+        mixed_by_system = {
+            label: mixed_points(server, mixed_requests) for label, server in servers.items()
+        }
+        ours = servers[OURS]
+        assert isinstance(ours, Server)
+        return results, mixed_by_system, worker_memory(ours)
     finally:
-        server.stop()
+        for server in servers.values():
+            server.stop()
 
 
-def llama_server_runs(
-    binary: str, runs: list[tuple[str, int, int]], mixed_requests: int
-) -> tuple[list[RunResult], list[dict[str, Any]]]:
-    server = LlamaServer(Path(binary), default_model_path()).wait_ready()
+def float32_runs(runs: list[tuple[str, int, int]]) -> list[RunResult]:
+    """The same server with float32 weights, once per point (for reference, not a goal)."""
+    label = "astrai serve --quantization none"
+    server = Server("serve", "--quantization", "none").wait_ready(timeout_s=600)
     try:
-        results = sweep(server, "llama.cpp llama-server", runs)
-        return results, mixed_points(server, mixed_requests)
+        run_http(w1(), 1, 2, "warmup", server)
+        return [run_http(WORKLOADS[name](), c, n, label, server) for name, c, n in runs]
     finally:
         server.stop()
 
@@ -113,6 +137,9 @@ def main() -> None:
         default=os.environ.get("LLAMA_SERVER"),
         help="llama-server binary (default: build it with bench/build_llama_server.sh; none: skip)",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds of each W1 point (median)"
+    )
     args = parser.parse_args()
     scale = 4 if args.quick else 1
     n_seq, n_all, n_mixed = 8 // scale, 64 // scale, 48 // scale
@@ -137,19 +164,8 @@ def main() -> None:
             },
         },
     )
-    results: list[RunResult] = []
-    mixed_by_system: dict[str, list[dict[str, Any]]] = {}
-    if binary is not None:
-        peer, mixed_peer = isolated(llama_server_runs, binary, runs, n_mixed)
-        results += peer
-        mixed_by_system["llama.cpp llama-server"] = mixed_peer
-    ours, mixed_ours, memory = isolated(astrai_runs, "astrai serve (defaults)", runs, n_mixed)
-    results += ours
-    mixed_by_system["astrai serve (defaults)"] = mixed_ours
-    float32, _, _ = isolated(
-        astrai_runs, "astrai serve --quantization none", runs[:3], 0, "--quantization", "none"
-    )
-    results += float32
+    results, mixed_by_system, memory = isolated(head_to_head, binary, runs, args.rounds, n_mixed)
+    results += isolated(float32_runs, runs[:3])
     machine = {
         "cpu": describe_cpu(),
         "torch": torch.__version__,
@@ -169,6 +185,7 @@ def main() -> None:
     record = {
         "started": started,
         "command": "make bench",
+        "rounds": args.rounds,
         "machine": machine,
         "accuracy": accuracy,
         "worker_memory": memory,

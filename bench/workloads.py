@@ -116,9 +116,14 @@ class Workload:
     max_tokens_each: tuple[int, ...] | None = None
 
 
-def w1(num_requests: int = 64, max_tokens: int = 128) -> Workload:
-    """64 distinct chat requests × 128 new tokens, EOS ignored so every request is equal."""
+def w1(num_requests: int = 64, max_tokens: int = 128, variant: int = 0) -> Workload:
+    """64 distinct chat requests × 128 new tokens, EOS ignored so every request is equal.
+
+    A `variant` above 0 opens every question with "Request <variant>." so that a repeated
+    round finds none of its prompts in a server's prefix cache, as the first one did."""
     prompts = [form.format(subject) for form in FORMS for subject in SUBJECTS]
+    if variant:
+        prompts = [f"Request {variant}. {p}" for p in prompts]
     conversations = [[{"role": "user", "content": p}] for p in prompts[:num_requests]]
     return Workload("W1", conversations, max_tokens, ignore_eos=True)
 
