@@ -55,14 +55,10 @@ class ProtocolHandler:
         it over, and every other path out of here releases it.
         """
         started_at = time.monotonic()
-        if self.draining():
-            # A client that retries finds the replacement gateway, or another replica.
-            stopping = GatewayError(
-                ErrorKind.UNAVAILABLE,
-                "the gateway is shutting down",
-                retry_after_s=DRAIN_RETRY_AFTER_S,
-            )
-            return self.refuse(stopping)
+        try:
+            self.check_open()
+        except GatewayError as error:
+            return self.refuse(error)
         try:
             chat = self.builder.parse(await self.read_body(request))
         except GatewayError as error:
@@ -90,6 +86,16 @@ class ProtocolHandler:
         finally:
             if not handed_to_stream:
                 lifecycle.discard()  # only an unexpected exception finds it unreleased
+
+    def check_open(self) -> None:
+        """Refuse new work while draining; a client that retries finds the replacement
+        gateway, or another replica."""
+        if self.draining():
+            raise GatewayError(
+                ErrorKind.UNAVAILABLE,
+                "the gateway is shutting down",
+                retry_after_s=DRAIN_RETRY_AFTER_S,
+            )
 
     async def read_body(self, request: Request) -> Any:
         """The JSON body, within the configured size and time."""

@@ -18,27 +18,28 @@ from gateway.workers import WorkerLost
 
 async def count_tokens(handler: ProtocolHandler, request: Request) -> Response:
     """POST /v1/messages/count_tokens: {"input_tokens": n} for a Messages request body."""
+    handler.check_open()
     body = await handler.read_body(request)
     if isinstance(body, dict):  # count_tokens takes no max_tokens; the model needs one
         body = {"max_tokens": 1, **body}
     chat = handler.builder.parse(body)
-    model = handler.resolve_model(chat.model)
     message = Tokenize(_request_id(), chat.params, messages=chat.messages)
-    reply = await ask_worker(handler, model, message)
+    reply = await ask_worker(handler, chat.model, message)
     return JSONResponse({"input_tokens": len(reply.token_ids)})
 
 
 async def tokenize(handler: ProtocolHandler, request: Request) -> Response:
     """POST /tokenize: {"prompt": str} or a chat body with "messages" (and tools) →
     {"count", "max_model_len", "tokens"}."""
+    handler.check_open()
     body = await handler.read_body(request)
     if isinstance(body, dict) and "messages" in body:
         chat = handler.builder.parse(body)
-        model = handler.resolve_model(chat.model)
+        model = chat.model
         message = Tokenize(_request_id(), chat.params, messages=chat.messages)
     else:
         raw = TokenizeBody.parse(body)
-        model = handler.resolve_model(raw.model)
+        model = raw.model
         message = Tokenize(_request_id(), {}, prompt=raw.prompt)
     reply = await ask_worker(handler, model, message)
     tokens = reply.token_ids
@@ -49,15 +50,24 @@ async def tokenize(handler: ProtocolHandler, request: Request) -> Response:
 
 async def detokenize(handler: ProtocolHandler, request: Request) -> Response:
     """POST /detokenize: {"tokens": [ids]} → {"prompt": text}."""
+    handler.check_open()
     body = DetokenizeBody.parse(await handler.read_body(request))
-    model = handler.resolve_model(body.model)
     message = Tokenize(_request_id(), {}, token_ids=body.tokens)
-    reply = await ask_worker(handler, model, message)
+    reply = await ask_worker(handler, body.model, message)
     return JSONResponse({"prompt": reply.text})
 
 
-async def ask_worker(handler: ProtocolHandler, model: str, message: Tokenize) -> Tokenized:
-    """One Tokenize round trip to a live worker of `model`."""
+async def ask_worker(
+    handler: ProtocolHandler, requested_model: str | None, message: Tokenize
+) -> Tokenized:
+    """One Tokenize round trip to a live worker of the model asked for, holding an admission
+    slot like any request: a worker's I/O thread tokenizes it, so a flood of long prompts to
+    count queues behind the same limit as generation does."""
+    async with handler.services.admission.slot():
+        return await _round_trip(handler, handler.resolve_model(requested_model), message)
+
+
+async def _round_trip(handler: ProtocolHandler, model: str, message: Tokenize) -> Tokenized:
     services = handler.services
     workers = services.registry.live(model)
     if not workers:

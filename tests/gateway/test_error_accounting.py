@@ -80,3 +80,33 @@ def test_json_media_types_and_a_missing_content_type_are_read_as_json():
         # Read as JSON (and refused as malformed JSON), not refused for its media type.
         assert response.status_code == 400, content_type
         assert "not valid JSON" in response.json()["error"]["message"]
+
+
+TOKENIZE_ROUTES = (
+    ("openai", "/tokenize", {"prompt": "hi"}, {"authorization": "Bearer secret"}),
+    ("anthropic", "/v1/messages/count_tokens", {"model": "m", **BODY}, {"x-api-key": "secret"}),
+)
+
+
+def test_while_draining_token_counting_gets_503_with_retry_after():
+    gateway, client = make_gateway()
+    gateway.begin_drain()
+    for (protocol, path, body, headers), status in zip(TOKENIZE_ROUTES, (503, 529), strict=True):
+        response = client.post(path, json=body, headers=headers)
+        assert response.status_code == status, path  # Anthropic's "overloaded" for 503
+        assert response.headers["retry-after"] == "5"
+        assert "shutting down" in response.text
+        assert counted(client, protocol, status) == 1
+
+
+def test_token_counting_waits_for_an_admission_slot_like_any_request():
+    gateway, client = make_gateway()
+    admission = gateway.admission
+    admission.max_in_flight, admission.max_queued = 1, 0
+    admission.in_flight = 1  # one generation holds the only slot
+    for protocol, path, body, headers in TOKENIZE_ROUTES:
+        response = client.post(path, json=body, headers=headers)
+        assert response.status_code == (429 if protocol == "openai" else 529), path
+        assert "retry-after" in response.headers
+        assert admission.in_flight == 1  # a refused request takes nothing
+    assert admission.rejected == 2
