@@ -39,5 +39,6 @@ def serve_worker(
         server.run()
     finally:
         engine.shutdown()
+        server.close()
         if health is not None:
             health.stop()

@@ -65,6 +65,11 @@ class WorkerServer:
         """Stop now: running requests are aborted by the engine's shutdown."""
         self._stopping.set()
 
+    def close(self) -> None:
+        """Close every socket of this server, the scheduler thread's included; after run()
+        returned and the engine stopped (no event may be pushed any more)."""
+        self._context.destroy(linger=0)
+
     def drain(self) -> None:
         """Take no new requests, finish the running ones, then stop."""
         self._draining.set()

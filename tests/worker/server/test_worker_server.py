@@ -67,7 +67,7 @@ def running_worker() -> Iterator[Running]:
         server.stop()
         thread.join(5)
         assert not thread.is_alive(), "the worker's loop did not stop"
-        server._context.destroy(linger=0)  # the process's exit does this in production
+        server.close()
         gateway.close()
 
 
