@@ -55,11 +55,22 @@ def processes(server: Server) -> dict[str, int]:
             continue
         if parent != server.process.pid:
             continue
+        worker_id = worker_id_of(cmdline)
         if b"gateway" in cmdline:
             found["gateway"] = int(entry.name)
-        elif b"--worker-id" in cmdline:
-            found[cmdline[cmdline.index(b"--worker-id") + 1].decode()] = int(entry.name)
+        elif worker_id is not None:
+            found[worker_id] = int(entry.name)
     return found
+
+
+def worker_id_of(argv: list[bytes]) -> str | None:
+    """The value of a worker's `--worker-id`, written as one argument or two."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(b"--worker-id="):
+            return arg.split(b"=", 1)[1].decode()
+        if arg == b"--worker-id" and i + 1 < len(argv):
+            return argv[i + 1].decode()
+    return None
 
 
 async def one_request(
@@ -72,7 +83,7 @@ async def one_request(
     try:
         async with StreamingPost(url, "/v1/chat/completions", body) as response:
             if response.status != 200:
-                return f"HTTP {response.status}"
+                return f"HTTP {response.status}: {error_message(await response.read())}"
             seen = 0
             async for line in response.lines():
                 seen += 1
@@ -83,6 +94,14 @@ async def one_request(
             return "ok"
     except (OSError, HTTPStreamError, asyncio.IncompleteReadError) as exc:
         return f"connection: {type(exc).__name__}"
+
+
+def error_message(body: bytes) -> str:
+    """The error's message in either protocol's shape, shortened, or the body's start."""
+    try:
+        return str(json.loads(body)["error"]["message"])[:60]
+    except (ValueError, KeyError, TypeError):
+        return body[:60].decode(errors="replace")
 
 
 async def run_load(server: Server, num_requests: int, concurrency: int, seed: int) -> Counter[str]:
@@ -104,9 +123,10 @@ async def run_load(server: Server, num_requests: int, concurrency: int, seed: in
             if not killed and done >= num_requests // 2:
                 killed = True
                 victim = processes(server).get("worker-1")
-                if victim is not None:
-                    os.kill(victim, signal.SIGKILL)
-                    outcomes["(worker-1 killed)"] += 1
+                if victim is None:  # the soak would pass without the fault it exists for
+                    raise RuntimeError("worker-1's process was not found; nothing was killed")
+                os.kill(victim, signal.SIGKILL)
+                outcomes["(worker-1 killed)"] += 1
 
     await asyncio.gather(*(client() for _ in range(concurrency)))
     return outcomes
