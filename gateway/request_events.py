@@ -52,4 +52,11 @@ class Failed:
     stream_status: int
 
 
-RequestEvent = TokenDelta | ChoiceEnd | Failed
+@dataclass(frozen=True)
+class Restarted:
+    """The request's worker was lost and another one took the request from its start: what
+    came before is void. Only a non-streamed answer sees this (a stream is restarted only
+    before its first event)."""
+
+
+RequestEvent = TokenDelta | ChoiceEnd | Failed | Restarted

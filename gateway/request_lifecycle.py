@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator
@@ -13,16 +14,22 @@ from gateway.errors import ErrorKind, GatewayError
 from gateway.messages import finish_error, rejection_error
 from gateway.protocols.base import ChatRequest, ResponseBuilder, StreamState
 from gateway.registry import WorkerState
-from gateway.request_events import ChoiceEnd, Failed, RequestEvent, TokenDelta
+from gateway.request_events import ChoiceEnd, Failed, RequestEvent, Restarted, TokenDelta
 from gateway.services import RequestServices
 from gateway.workers import RequestChannel, WorkerLost
+
+log = logging.getLogger(__name__)
 
 
 class RequestLifecycle:
     """Owns one request: its admission slot, its worker and channel, its events, its first
     token, its abort and its release.
 
-    admit → start (a worker accepts) → events → release. Both kinds of answer read the same
+    admit → start (a worker accepts) → events → release. A worker lost before the client
+    has seen any of its answer is replaced by another one, once per worker, in `events()`: a
+    non-streamed answer is not sent before the end, so it may start over at any point (the
+    fold is told, `Restarted`); a stream only before its first token. Both kinds of answer
+    read the same
     `events()`: a stream renders each one as SSE (gateway/streaming.py), a non-streamed
     answer folds them into one result (gateway/response_fold.py). `release` runs once on
     every path out (an answer, an error, the client gone, the gateway's cut) and gives back
@@ -44,6 +51,9 @@ class RequestLifecycle:
         self._admitted = False
         self._worker_done = False  # nothing of it can still run on the worker
         self._released = False
+        self._chat: ChatRequest | None = None
+        self._model = ""
+        self._tried: set[str] = set()  # workers this request was submitted to
 
     async def admit(self) -> None:
         """Take an admission slot (or raise the rate-limit error)."""
@@ -56,17 +66,31 @@ class RequestLifecycle:
 
         A worker lost before it accepted is replaced by another one (retried once).
         """
-        services = self.services
-        submit = chat.submit(self.request_id)
-        tried: set[str] = set()
-        for attempt in range(services.config.submit_attempts):
-            candidates = [w for w in services.registry.live(model) if w.worker_id not in tried]
+        self._chat, self._model = chat, model
+        reply = await self._submit(chat.submit(self.request_id))
+        self.state = StreamState(
+            request_id=self.request_id,
+            model=model,
+            created=int(time.time()),
+            request=chat,
+            prompt_tokens=reply.prompt_tokens,
+        )
+        return self.state
+
+    async def _submit(self, submit: Submit) -> Accepted:
+        """To workers not tried yet, until one accepts (it is then this request's worker)."""
+        services, model, chat = self.services, self._model, self._chat
+        assert chat is not None
+        for _ in range(services.config.submit_attempts):
+            candidates = [
+                w for w in services.registry.live(model) if w.worker_id not in self._tried
+            ]
             if not candidates:
                 break
             worker = services.policy.pick(candidates, chat.routing_text)
-            tried.add(worker.worker_id)
-            if attempt:
+            if self._tried:
                 services.metrics.retries += 1
+            self._tried.add(worker.worker_id)
             channel = services.hub.open(self.request_id, worker)
             try:
                 reply = await self._first_reply(worker, channel, submit)
@@ -78,18 +102,28 @@ class RequestLifecycle:
                 raise
             if isinstance(reply, Accepted):
                 self._worker, self._channel = worker, channel
-                self.state = StreamState(
-                    request_id=self.request_id,
-                    model=model,
-                    created=int(time.time()),
-                    request=chat,
-                    prompt_tokens=reply.prompt_tokens,
-                )
-                return self.state
+                self._worker_done = False
+                return reply
             services.hub.close(channel)
             if isinstance(reply, Rejected) and reply.code != RejectCode.DRAINING:
                 raise rejection_error(reply)
         raise GatewayError(ErrorKind.UNAVAILABLE, f"no worker of model {model!r} could take it")
+
+    async def _resubmit(self) -> GatewayError | None:
+        """After this request's worker was lost: the request again, from its start, to a
+        worker not tried yet. None once one accepted, else the error to end with."""
+        state, chat = self.state, self._chat
+        assert state is not None and chat is not None
+        if self._channel is not None:
+            self.services.hub.close(self._channel)
+        self._channel = self._worker = None
+        try:
+            reply = await self._submit(chat.submit(self.request_id))
+        except GatewayError as error:
+            return error
+        state.prompt_tokens = reply.prompt_tokens
+        state.completion_tokens = state.cached_tokens = 0
+        return None
 
     async def _first_reply(
         self, worker: WorkerState, channel: RequestChannel, submit: Submit
@@ -114,28 +148,46 @@ class RequestLifecycle:
         state, channel = self._accepted()
         n = state.request.num_choices
         remaining = n
+        delivered = False  # an event of this answer has been yielded
         while remaining:
             message = await channel.get()
             if isinstance(message, WorkerLost):
                 # Its worker is gone, or the gateway's cut has aborted it already.
                 self._worker_done = True
-                yield Failed(GatewayError(ErrorKind.UNAVAILABLE, message.detail), 503)
+                failure = GatewayError(ErrorKind.UNAVAILABLE, message.detail)
+                if not message.shutting_down and not (delivered and state.request.stream):
+                    log.warning(
+                        "request %s lost %s; submitting it again",
+                        self.request_id,
+                        message.worker_id,
+                    )
+                    refused = await self._resubmit()
+                    if refused is None:
+                        if delivered:
+                            yield Restarted()
+                        state, channel = self._accepted()
+                        remaining, delivered = n, False
+                        continue
+                    failure = GatewayError(ErrorKind.UNAVAILABLE, f"{message.detail}; {refused}")
+                yield Failed(failure, 503)
                 return
             if isinstance(message, Tokens) and 0 <= message.index < n:
                 if self.ttft_s is None and message.token_ids:  # an echoed prompt is no token
                     self.ttft_s = time.monotonic() - self.started_at
                 state.completion_tokens += len(message.token_ids)
                 logprobs, parts = message.logprobs or [], message.tool_calls or []
+                delivered = True
                 yield TokenDelta(message.index, message.text, logprobs, parts)
             elif isinstance(message, Finished) and 0 <= message.index < n:
                 remaining -= 1
                 self._worker_done = remaining == 0
-                failure = finish_error(message)
-                if failure is not None:
-                    yield Failed(failure, 500)
+                ended_badly = finish_error(message)
+                if ended_badly is not None:
+                    yield Failed(ended_badly, 500)
                     return
                 if message.index % state.request.n == 0:  # once per prompt: its first choice
                     state.cached_tokens += message.cached_tokens
+                delivered = True
                 yield ChoiceEnd(
                     message.index, message.finish_reason, message.stop, message.completion_tokens
                 )

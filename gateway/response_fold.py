@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import AsyncGenerator
 
 from gateway.protocols.base import ChatResult, ChoiceResult, StreamState
-from gateway.request_events import ChoiceEnd, RequestEvent, TokenDelta
+from gateway.request_events import ChoiceEnd, Failed, RequestEvent, Restarted, TokenDelta
 
 
 def empty_result(state: StreamState) -> ChatResult:
@@ -32,7 +32,7 @@ def add_event(result: ChatResult, event: RequestEvent) -> None:
         choice.finish_reason = event.finish_reason
         choice.stop = event.stop
         choice.completion_tokens = event.completion_tokens
-    else:
+    elif isinstance(event, Failed):
         raise event.error
 
 
@@ -42,6 +42,9 @@ async def fold_events(state: StreamState, events: AsyncGenerator[RequestEvent, N
     result = empty_result(state)
     async with contextlib.aclosing(events):
         async for event in events:
+            if isinstance(event, Restarted):  # another worker answers from the start
+                result = empty_result(state)
+                continue
             add_event(result, event)
     result.cached_tokens = state.cached_tokens
     return result

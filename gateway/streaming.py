@@ -9,7 +9,7 @@ from typing import Any
 from starlette.responses import StreamingResponse
 
 from gateway.protocols.base import ResponseBuilder, StreamState
-from gateway.request_events import ChoiceEnd, Failed
+from gateway.request_events import ChoiceEnd, Failed, Restarted
 from gateway.request_lifecycle import RequestLifecycle
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -60,6 +60,8 @@ class SseAnswer:
                 if isinstance(event, ChoiceEnd):
                     yield "".join(builder.stream_choice_end(state, event.as_choice()))
                     continue
+                if isinstance(event, Restarted):  # events() never restarts a stream it began
+                    raise RuntimeError("a stream cannot start over once it has begun")
                 pieces = builder.stream_tokens(state, event.index, event.text, event.logprobs)
                 if event.tool_calls:
                     pieces += builder.stream_tool_calls(state, event.index, event.tool_calls)

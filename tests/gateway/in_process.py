@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,15 +52,19 @@ async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
 
 
 @contextlib.asynccontextmanager
-async def in_process(*scripts: Script, falls_silent: bool = False) -> AsyncIterator[InProcess]:
-    """A gateway on a free loopback port with one scripted worker per script, registered."""
+async def in_process(
+    *scripts: Script, falls_silent: bool | Sequence[bool] = False
+) -> AsyncIterator[InProcess]:
+    """A gateway on a free loopback port with one scripted worker per script, registered;
+    `falls_silent` for all of them, or per worker."""
+    silent = [falls_silent] * len(scripts) if isinstance(falls_silent, bool) else falls_silent
     bind = f"tcp://127.0.0.1:{free_loopback_port()}"
     config = GatewayConfig(worker_bind=bind, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S)
     gateway = Gateway(config)
     app = gateway.app()
     async with app.router.lifespan_context(app):
         workers = [
-            ScriptedWorker(bind, script, f"scripted-{i}", falls_silent=falls_silent)
+            ScriptedWorker(bind, script, f"scripted-{i}", falls_silent=silent[i])
             for i, script in enumerate(scripts)
         ]
         try:

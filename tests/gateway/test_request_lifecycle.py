@@ -199,8 +199,9 @@ async def test_a_worker_that_falls_silent_ends_the_request_with_an_error(stream:
             payloads = sse_data(response.text)
             assert payloads[-2:] == [{"error": error}, "[DONE]"]
             assert openai_stream_text(payloads) == "Hel"
-        else:
+        else:  # no other worker to take it again
             assert response.status_code == 503
+            error["message"] += "; no worker of model 'scripted' could take it"
             assert response.json() == {"error": error}
         assert run.counted("openai", 503) == 1
         assert run.gateway.registry.live() == []
@@ -232,3 +233,57 @@ async def test_the_drains_cut_ends_a_stream_with_the_protocols_error():
 def openai_stream_text(payloads: list[Any]) -> str:
     chunks = [p for p in payloads if isinstance(p, dict) and "choices" in p]
     return "".join(c["delta"].get("content", "") for p in chunks for c in p["choices"])
+
+
+def accepted_only(submit: Submit) -> list[Message]:
+    """Accepted, and nothing more: the request waits in the worker's queue."""
+    return [Accepted(submit.request_id, prompt_tokens=7)]
+
+
+async def test_a_non_streamed_answer_whose_worker_is_lost_is_answered_by_another():
+    # scripted-0 is picked first (least loaded, then by id); it sends "Hel" and falls silent.
+    async with in_process(started, hello, falls_silent=[True, False]) as run:
+        response = await asyncio.wait_for(
+            run.client.post(ROUTES["openai"], json=body("openai", False)), 10
+        )
+        assert response.status_code == 200
+        answer = response.json()
+        assert answer["choices"][0]["message"]["content"] == "Hello"  # nothing of the lost "Hel"
+        assert answer["usage"]["completion_tokens"] == 2
+        [first], [again] = run.workers[0].submits, run.workers[1].submits
+        assert first.request_id == again.request_id
+        assert run.gateway.metrics.retries == 1
+        assert [w.worker_id for w in run.gateway.registry.live()] == ["scripted-1"]
+        assert run.counted("openai", 200) == 1
+        await run.assert_all_released()
+
+
+async def test_a_stream_whose_worker_is_lost_before_its_first_token_goes_on_elsewhere():
+    async with in_process(accepted_only, hello, falls_silent=[True, False]) as run:
+        response = await asyncio.wait_for(
+            run.client.post(ROUTES["anthropic"], json=body("anthropic", True)), 10
+        )
+        assert response.status_code == 200
+        assert "event: error" not in response.text
+        deltas = [
+            json.loads(line.removeprefix("data: "))["delta"].get("text", "")
+            for line in response.text.splitlines()
+            if line.startswith("data: ") and '"content_block_delta"' in line
+        ]
+        assert "".join(deltas) == "Hello"
+        assert len(run.workers[1].submits) == 1
+        assert run.counted("anthropic", 200) == 1
+        await run.assert_all_released()
+
+
+async def test_a_stream_that_sent_tokens_is_not_started_over():
+    async with in_process(started, hello, falls_silent=[True, False]) as run:
+        response = await asyncio.wait_for(
+            run.client.post(ROUTES["openai"], json=body("openai", True)), 10
+        )
+        payloads = sse_data(response.text)
+        assert openai_stream_text(payloads) == "Hel"
+        assert payloads[-2]["error"]["message"] == "worker lost: the worker stopped responding"
+        assert run.workers[1].submits == []  # the client had "Hel": no second answer
+        assert run.gateway.metrics.retries == 0
+        await run.assert_all_released()
