@@ -25,16 +25,15 @@ class RequestLifecycle:
     """Owns one request: its admission slot, its worker and channel, its events, its first
     token, its abort and its release.
 
-    admit → start (a worker accepts) → events → release. A worker lost before the client
-    has seen any of its answer is replaced by another one, once per worker, in `events()`: a
-    non-streamed answer is not sent before the end, so it may start over at any point (the
-    fold is told, `Restarted`); a stream only before its first token. Both kinds of answer
-    read the same
+    admit → start (a worker accepts) → events → release. Both kinds of answer read the same
     `events()`: a stream renders each one as SSE (gateway/streaming.py), a non-streamed
-    answer folds them into one result (gateway/response_fold.py). `release` runs once on
-    every path out (an answer, an error, the client gone, the gateway's cut) and gives back
-    all that was taken: a request its worker may still be running is aborted there, the
-    channel is closed, the slot passed on, and the request counted in the metrics.
+    answer folds them into one result (gateway/response_fold.py). A worker lost before the
+    client has seen any of its answer is replaced by another one, once per worker, inside
+    `events()`: a non-streamed answer may start over at any point (it is only sent at the
+    end; the fold is told by `Restarted`), a stream only before its first token. `release`
+    runs once on every path out (an answer, an error, the client gone, the gateway's cut)
+    and gives back all that was taken: a request its worker may still be running is aborted
+    there, the channel is closed, the slot passed on, and the request counted in the metrics.
     """
 
     def __init__(
