@@ -62,6 +62,10 @@ class WorkerStats:
     grammar_mask_seconds: float = float_stat("Time spent computing grammar masks.")
     grammar_masked_rows: int = stat("Rows a grammar mask was applied to.")
     dropped_frames: int = stat("Wire frames a worker dropped (its server sets it, not the engine).")
+    draft_tokens: int = stat(
+        "Tokens a worker drafted from sequences' own text and verified.", StatKind.COUNTER
+    )
+    accepted_draft_tokens: int = stat("Drafted tokens the model's samples kept.", StatKind.COUNTER)
 
     def as_dict(self) -> dict[str, int | float]:
         """Every stat by name, in field order: a /stats worker entry's figures."""

@@ -26,6 +26,8 @@ STATS_KEYS = (
     "grammar_mask_seconds",
     "grammar_masked_rows",
     "dropped_frames",
+    "draft_tokens",
+    "accepted_draft_tokens",
 )
 
 
@@ -43,6 +45,8 @@ def test_what_metrics_exports_and_what_stats_totals():
         "preemptions",
         "finished_tasks",
         "prefix_cache_hit_tokens",
+        "draft_tokens",
+        "accepted_draft_tokens",
     ]
     assert [name for name, _ in stats_of_kind(StatKind.GAUGE)] == [
         "active_tasks",

@@ -62,6 +62,8 @@ def test_every_worker_figure_keeps_its_metric_name():
         "astrai_worker_tokens": "counter",
         "astrai_worker_prefill_tokens": "counter",
         "astrai_worker_prefix_cache_hit_tokens": "counter",
+        "astrai_worker_draft_tokens": "counter",
+        "astrai_worker_accepted_draft_tokens": "counter",
         "astrai_worker_decode_steps": "counter",
         "astrai_worker_preemptions": "counter",
         "astrai_worker_active_tasks": "gauge",

@@ -21,6 +21,7 @@ from worker.engine.request import Prompt, RequestFactory
 from worker.engine.runner import ModelRunner
 from worker.engine.scheduler import InferenceScheduler, SchedulerConfig
 from worker.engine.sequence import EventSink
+from worker.engine.speculation import DecodeCost, measure_decode_cost
 from worker.model.loader import load_config, load_model
 from worker.model.model_dir import resolve_model_dir
 from worker.text.tokenizer import Tokenizer
@@ -100,12 +101,33 @@ class InferenceEngine(GenerationAPI):
         if opts.compile:
             compiled = CompiledDecode(self.model)
             compiled.warm_up(self.cache, device)
+        runner = ModelRunner(self.model, self.cache, compiled)
         self.scheduler = InferenceScheduler(
-            ModelRunner(self.model, self.cache, compiled),
+            runner,
             self.cache,
             OutputProcessor(self.tokenizer),
-            SchedulerConfig(max_seqs=opts.max_seqs, prefill_token_budget=opts.prefill_token_budget),
+            SchedulerConfig(
+                max_seqs=opts.max_seqs,
+                prefill_token_budget=opts.prefill_token_budget,
+                speculative_tokens=opts.speculative_tokens,
+            ),
         )
+        if opts.speculative_tokens:
+            self.scheduler.decode_cost = self._measure_decode_cost(runner, device)
+
+    def _measure_decode_cost(self, runner: ModelRunner, device: torch.device) -> DecodeCost:
+        cost = measure_decode_cost(runner.forward_batch, device)
+        # The probe wrote k/v into rows no sequence owns yet; leave them as they were.
+        self.cache.storage.k.zero_()
+        self.cache.storage.v.zero_()
+        log.info(
+            "decode step by rows fed (drafted tokens are fed where that pays): %s",
+            ", ".join(
+                f"{rows}: {1e3 * seconds:.1f} ms"
+                for rows, seconds in zip(cost.rows, cost.seconds, strict=True)
+            ),
+        )
+        return cost
 
     # -- submitting -----------------------------------------------------------------------
     def submit(
@@ -192,6 +214,8 @@ class InferenceEngine(GenerationAPI):
             grammar_compile_seconds=self.requests.grammars.compile_seconds,
             grammar_mask_seconds=self.scheduler.grammar_masks.mask_seconds,
             grammar_masked_rows=self.scheduler.grammar_masks.masked_rows,
+            draft_tokens=counters.draft_tokens,
+            accepted_draft_tokens=counters.accepted_draft_tokens,
         )
 
     def shutdown(self) -> None:

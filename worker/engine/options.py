@@ -69,6 +69,14 @@ class EngineOptions:
         ),
     )
 
+    speculative_tokens: int = field(
+        default=8,
+        metadata=option(
+            "tokens drafted from a sequence's own text per step at most, verified in the "
+            "same forward where the measured step cost says they pay (0: never)"
+        ),
+    )
+
     def __post_init__(self) -> None:
         if self.kv_cache not in KV_CACHE_KINDS:
             raise ValueError(f"kv_cache must be one of {KV_CACHE_KINDS}, got {self.kv_cache!r}")
@@ -86,5 +94,7 @@ class EngineOptions:
             raise ValueError(
                 f"quantization {self.quantization} runs on the CPU only; use int8 or none on GPUs"
             )
+        if self.speculative_tokens < 0:
+            raise ValueError(f"speculative_tokens must be >= 0, got {self.speculative_tokens}")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")

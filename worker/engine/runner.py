@@ -41,7 +41,11 @@ class ModelRunner:
     @torch.inference_mode()
     def forward(self, chunks: Sequence[Chunk]) -> torch.Tensor:
         """(S, vocab) float32 logits, one row per chunk that wants them, in chunk order."""
-        input_ids, batch = self.build_batch(chunks)
+        return self.forward_batch(*self.build_batch(chunks))
+
+    @torch.inference_mode()
+    def forward_batch(self, input_ids: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        """The forward of a batch already built: compiled where that handles it."""
         compiled = self.compiled_decode
         if compiled is not None and compiled.handles(batch):
             return compiled(input_ids, batch, self.cache.layer_views())

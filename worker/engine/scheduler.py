@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections import deque
+from collections import Counter, deque
 
 import torch
 
@@ -13,6 +13,7 @@ from worker.engine.runner import Chunk, ModelRunner
 from worker.engine.scheduler_config import SchedulerConfig, SchedulerCounters
 from worker.engine.scheduler_loop import SchedulerLoop, call_safely
 from worker.engine.sequence import Sequence, TokenEvent
+from worker.engine.speculation import DecodeCost, DraftState
 from worker.kv.base import KVCache
 from worker.sampling.grammar import GrammarMasks
 from worker.sampling.sampler import sample_rows
@@ -49,6 +50,8 @@ class InferenceScheduler(SchedulerLoop):
         )
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        # Set once the engine has measured its decode step; None: no drafts.
+        self.decode_cost: DecodeCost | None = None
 
     # -- state -----------------------------------------------------------------------
     def has_work(self) -> bool:
@@ -150,15 +153,99 @@ class InferenceScheduler(SchedulerLoop):
                 ready.append(seq)
         if not ready:
             return
+        drafts = self._drafts(ready)
         chunks = [
-            Chunk(s.seq_id, s.num_computed, s.token_ids[s.num_computed :], True) for s in ready
+            Chunk(seq.seq_id, seq.num_computed + i, [token], True)
+            for seq in ready
+            for i, token in enumerate([seq.token_ids[-1], *drafts.get(seq, ())])
         ]
         logits = self.runner.forward(chunks)
         self.counters.decode_steps += 1
         for seq in ready:
             seq.num_computed = len(seq.token_ids)
             self.cache.commit(seq.seq_id, seq.token_ids, seq.num_computed)
-        self._sample(ready, logits)
+        if drafts:
+            self._verify(ready, drafts, logits)
+        else:
+            self._sample(ready, logits)
+        self._observe_guesses(ready, drafts)
+
+    # -- speculative decoding (worker.engine.speculation) ------------------------------------
+    def _drafts(self, seqs: list[Sequence]) -> dict[Sequence, list[int]]:
+        """Each sequence's drafted tokens: of all the guesses, the most likely ones, as many
+        as make the most tokens per second by the measured step cost.
+
+        A sequence with a guess not worth a row this step keeps its first token in `guess`,
+        checked against the token it samples, so its acceptance estimate stays current.
+        """
+        cost, limit = self.decode_cost, self.config.speculative_tokens
+        if cost is None or limit == 0:
+            return {}
+        proposals: dict[Sequence, list[int]] = {}
+        chances: list[tuple[float, Sequence]] = []
+        for seq in seqs:
+            state = seq.speculation = seq.speculation or DraftState()
+            state.guess = None
+            room = min(limit, seq.max_total_tokens - len(seq.token_ids) - 1)
+            proposal = state.drafter.propose(seq.token_ids, room)
+            if proposal:
+                proposals[seq] = proposal
+                chances.extend((state.acceptance**j, seq) for j in range(1, len(proposal) + 1))
+        chances.sort(key=lambda chance: chance[0], reverse=True)
+        taken = chances[: cost.best_draft_rows(len(seqs), [c for c, _ in chances])]
+        counts = Counter(seq for _, seq in taken)
+        drafts: dict[Sequence, list[int]] = {}
+        for seq, proposal in proposals.items():
+            count = counts[seq]
+            # Rows for the drafts only where pages are free: never preempt for a guess.
+            if count and self.cache.grow(seq.seq_id, len(seq.token_ids) + count):
+                drafts[seq] = proposal[:count]
+            else:
+                assert seq.speculation is not None
+                seq.speculation.guess = proposal[0]
+        return drafts
+
+    def _verify(
+        self, seqs: list[Sequence], drafts: dict[Sequence, list[int]], logits: torch.Tensor
+    ) -> None:
+        """Sample row after row; a sequence goes on while its sampled token is its draft's.
+
+        Row i of a sequence holds the logits after its i-th drafted token, valid while every
+        draft before it was kept; each kept draft's k/v, written in this forward, is then
+        computed context.
+        """
+        first_row: dict[Sequence, int] = {}
+        fed_from = {seq: seq.num_computed for seq in drafts}
+        rows = 0
+        for seq in seqs:
+            first_row[seq] = rows
+            rows += 1 + len(drafts.get(seq, ()))
+        alive, i = seqs, 0
+        while alive:
+            index = torch.tensor([first_row[seq] + i for seq in alive], device=logits.device)
+            self._sample(alive, logits.index_select(0, index))
+            going = []
+            for seq in alive:
+                draft = drafts.get(seq, [])
+                if not seq.is_finished and i < len(draft) and seq.token_ids[-1] == draft[i]:
+                    seq.num_computed += 1
+                    going.append(seq)
+            alive, i = going, i + 1
+        for seq, draft in drafts.items():
+            kept = seq.num_computed - fed_from[seq]
+            assert seq.speculation is not None
+            seq.speculation.observe(len(draft), kept)
+            self.counters.draft_tokens += len(draft)
+            self.counters.accepted_draft_tokens += kept
+            if not seq.is_finished:
+                self.cache.commit(seq.seq_id, seq.token_ids, seq.num_computed)
+
+    @staticmethod
+    def _observe_guesses(seqs: list[Sequence], drafts: dict[Sequence, list[int]]) -> None:
+        for seq in seqs:
+            state = seq.speculation
+            if state is not None and state.guess is not None and seq not in drafts:
+                state.observe(1, int(seq.token_ids[-1] == state.guess))
 
     def _make_room(self, seq: Sequence) -> bool:
         """Pages for the token `seq` feeds next, preempting the newest sequences if needed."""

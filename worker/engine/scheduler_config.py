@@ -10,12 +10,15 @@ class SchedulerConfig:
     max_seqs: int = 64
     prefill_token_budget: int = 512  # tokens per prefill forward, so decodes keep flowing
     idle_wait_s: float = 0.5
+    speculative_tokens: int = 8  # drafted tokens per sequence and step at most; 0: none
 
     def __post_init__(self) -> None:
         if self.max_seqs < 1:
             raise ValueError(f"max_seqs must be >= 1, got {self.max_seqs}")
         if self.prefill_token_budget < 1:
             raise ValueError(f"prefill_token_budget must be >= 1, got {self.prefill_token_budget}")
+        if self.speculative_tokens < 0:
+            raise ValueError(f"speculative_tokens must be >= 0, got {self.speculative_tokens}")
 
 
 @dataclass
@@ -26,3 +29,5 @@ class SchedulerCounters:
     decode_steps: int = 0
     preemptions: int = 0
     finished_tasks: int = 0
+    draft_tokens: int = 0  # tokens drafted and verified (speculative decoding)
+    accepted_draft_tokens: int = 0  # of those, kept

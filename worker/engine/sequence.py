@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -14,6 +14,9 @@ from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
 from worker.text.stop_strings import StopStringMatcher
 from worker.text.tokenizer import IncrementalDetokenizer
 from worker.text.tool_parser import ToolCallParser
+
+if TYPE_CHECKING:
+    from worker.engine.speculation import DraftState
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Sequence:
     num_preemptions: int = 0
     grammar: Any = None  # an llguidance matcher when the output is constrained
     tool_parser: ToolCallParser | None = None  # when the output may hold tool calls
+    speculation: DraftState | None = None  # its drafter, from its first decode step
 
     @property
     def num_output_tokens(self) -> int:

@@ -71,22 +71,38 @@ def greedy_token_ids(
     return [tokens[i] for i in ids]
 
 
-def test_greedy_output_equals_transformers_generate(engine: InferenceEngine):
+def transformers_greedy(engine: InferenceEngine, prompt: str, max_tokens: int) -> list[int]:
     from transformers import AutoModelForCausalLM
 
     reference = AutoModelForCausalLM.from_pretrained(str(engine.model_dir), dtype=torch.float32)
+    prompt_ids = engine.requests.prompt_token_ids(prompt)
+    with torch.inference_mode():
+        out = reference.generate(
+            torch.tensor([prompt_ids]),
+            attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            pad_token_id=2,
+        )
+    return list(out[0, len(prompt_ids) :].tolist())
+
+
+def test_greedy_output_equals_transformers_generate(engine: InferenceEngine):
     ours = greedy_token_ids(engine, CHAT_PROMPTS, max_tokens=64)
     for prompt, our_ids in zip(CHAT_PROMPTS, ours, strict=True):
-        prompt_ids = engine.requests.prompt_token_ids(prompt)
-        with torch.inference_mode():
-            out = reference.generate(
-                torch.tensor([prompt_ids]),
-                attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
-                max_new_tokens=64,
-                do_sample=False,
-                pad_token_id=2,
-            )
-        assert our_ids == out[0, len(prompt_ids) :].tolist(), prompt
+        assert our_ids == transformers_greedy(engine, prompt, 64), prompt
+
+
+def test_drafted_tokens_keep_greedy_output_equal_to_transformers(engine: InferenceEngine):
+    """One stream repeating its input: the n-gram drafts are fed and mostly kept, and the
+    tokens are still exactly the reference model's."""
+    prompt = "Copy this list exactly: apples, pears, plums, apples, pears, plums, apples, pears."
+    before = engine.get_stats()
+    [ours] = greedy_token_ids(engine, [prompt], max_tokens=60)
+    after = engine.get_stats()
+    kept = after.accepted_draft_tokens - before.accepted_draft_tokens
+    assert kept > 10 and after.decode_steps - before.decode_steps < len(ours) - 10
+    assert ours == transformers_greedy(engine, prompt, 60)
 
 
 def test_answers_a_real_question_through_the_seed_api(engine: InferenceEngine):

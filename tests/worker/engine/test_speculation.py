@@ -1,0 +1,78 @@
+"""DecodeCost and DraftState: how many drafted tokens a measured step cost says to feed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from worker.engine.speculation import DecodeCost, DraftState, measure_decode_cost
+from worker.model.batch import ForwardBatch
+
+# Shaped like a 2-core AVX2 CPU's step (ms): memory bound at one row, compute bound from ~4.
+CPU = DecodeCost((1, 2, 4, 8, 16), (7.0, 9.5, 13.5, 23.0, 41.0))
+# Shaped like a GPU's: a row costs next to nothing against reading the weights.
+GPU = DecodeCost((1, 16), (5.0, 5.2))
+
+
+def test_interpolates_between_measured_rows_and_extrapolates_past_them():
+    assert CPU(1) == 7.0 and CPU(8) == 23.0
+    assert CPU(3) == pytest.approx(11.5)
+    assert CPU(32) == pytest.approx(41.0 + 16 * (41.0 - 23.0) / 8)
+
+
+def test_one_sequence_drafts_likely_tokens_and_not_unlikely_ones():
+    likely = [0.9**j for j in range(1, 9)]
+    assert CPU.best_draft_rows(1, likely) >= 4
+    assert CPU.best_draft_rows(1, [0.2, 0.04]) == 0
+
+
+def test_a_compute_bound_batch_drafts_nothing_a_gpu_batch_drafts_everything():
+    chances = [0.6**j for j in range(1, 5)] * 8
+    chances.sort(reverse=True)
+    assert CPU.best_draft_rows(8, chances) == 0
+    assert GPU.best_draft_rows(8, chances) == len(chances)
+
+
+def test_needs_at_least_two_rising_row_counts():
+    with pytest.raises(ValueError):
+        DecodeCost((1,), (1.0,))
+    with pytest.raises(ValueError):
+        DecodeCost((2, 1), (1.0, 2.0))
+
+
+def test_acceptance_follows_what_is_kept():
+    state = DraftState()
+    start = state.acceptance
+    state.observe(4, 4)
+    assert state.acceptance > start
+    high = state.acceptance
+    state.observe(4, 0)
+    assert state.acceptance < high
+    for _ in range(30):
+        state.observe(2, 0)
+    assert state.acceptance < 0.01
+
+
+def test_the_probe_times_one_sequence_fed_several_rows():
+    seen: list[tuple[int, list[int]]] = []
+
+    def forward(input_ids: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        rows = int(input_ids.shape[0])
+        # Each row attends to the context and the rows before it, as a decode step feeds them.
+        assert batch.max_query_len == 1 and batch.num_seqs == rows
+        seen.append((rows, batch.positions.tolist()))
+        assert all(
+            bool(batch.mask[r, 0, 0, : p + 1].all())
+            and not bool(batch.mask[r, 0, 0, p + 1 :].any())
+            for r, p in enumerate(batch.positions.tolist())
+        )
+        return torch.zeros(rows, 4)
+
+    cost = measure_decode_cost(forward, torch.device("cpu"), repeats=1)
+    assert cost.rows[0] == 1 and len(cost.rows) >= 4
+    assert list(cost.seconds) == sorted(cost.seconds)  # never cheaper with more rows
+    assert {rows for rows, _ in seen} == set(cost.rows)
+    assert all(
+        positions == list(range(positions[0], positions[0] + len(positions)))
+        for _, positions in seen
+    )

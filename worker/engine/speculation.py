@@ -1,0 +1,113 @@
+"""Speculative decoding with n-gram drafts: how many tokens to draft, from measured costs.
+
+A decoding sequence may feed, after its last token, a few drafted tokens as extra rows of
+the same decode forward; the scheduler then samples row after row and keeps the drafts
+while the sampled token equals them. Every token is still sampled from the model's own
+distribution (for greedy rows the same tokens as without drafts), so drafts change speed,
+never output. Whether a draft pays depends on the machine: a row costs little next to the
+weights' memory traffic on a GPU, and nearly as much as the whole step on a compute-bound
+CPU batch. So the engine measures its decode step at startup and drafts a token only
+where its expected gain beats its cost.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from worker.engine.ngram_drafter import NgramDrafter
+from worker.model.batch import ForwardBatch
+
+_FIRST_ACCEPTANCE = 0.5  # a sequence's prior chance that a drafted token is kept
+_ACCEPTANCE_WEIGHT = 0.2  # weight of each new observation in the running estimate
+_PROBE_CONTEXT = 64
+# Few rows finely: there the step turns from memory bound to compute bound on a CPU.
+_PROBE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16)
+
+# One decode forward as ModelRunner.forward_batch runs it: (input_ids, batch) → logits.
+ForwardFn = Callable[[torch.Tensor, ForwardBatch], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class DecodeCost:
+    """A decode forward's seconds by its number of rows, measured on this machine at a few
+    row counts: linear in between, and past the last one at the last step's slope."""
+
+    rows: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.rows) < 2 or len(self.rows) != len(self.seconds):
+            raise ValueError("need the seconds of at least two row counts")
+        if list(self.rows) != sorted(set(self.rows)) or self.rows[0] < 1:
+            raise ValueError(f"row counts must rise from 1 at least, got {self.rows}")
+
+    def __call__(self, rows: int) -> float:
+        i = max(1, min(bisect.bisect_left(self.rows, rows), len(self.rows) - 1))
+        r0, r1 = self.rows[i - 1], self.rows[i]
+        s0, s1 = self.seconds[i - 1], self.seconds[i]
+        return s0 + (s1 - s0) * (rows - r0) / (r1 - r0)
+
+    def best_draft_rows(self, num_seqs: int, chances: list[float]) -> int:
+        """How many of the drafted tokens to feed, most likely kept first: the count that
+        makes most tokens per second, expecting from the step num_seqs tokens plus each
+        fed draft's chance of being kept (`chances`, in falling order)."""
+        best, best_rate, expected = 0, num_seqs / self(num_seqs), float(num_seqs)
+        for extra, chance in enumerate(chances, start=1):
+            expected += chance
+            rate = expected / self(num_seqs + extra)
+            if rate > best_rate:
+                best, best_rate = extra, rate
+        return best
+
+
+@dataclass
+class DraftState:
+    """One sequence's drafter and its running estimate of how often its drafts are kept."""
+
+    drafter: NgramDrafter = field(default_factory=NgramDrafter)
+    acceptance: float = _FIRST_ACCEPTANCE
+    guess: int | None = None  # this step's first guess when no draft was worth its row
+
+    def observe(self, drafted: int, kept: int) -> None:
+        """`kept` of `drafted` tokens survived: kept successes, then one miss if any was not."""
+        for hit in [True] * kept + [False] * (kept < drafted):
+            self.acceptance += _ACCEPTANCE_WEIGHT * (float(hit) - self.acceptance)
+
+
+def measure_decode_cost(forward: ForwardFn, device: torch.device, repeats: int = 2) -> DecodeCost:
+    """Time decode forwards of _PROBE_ROWS rows of one sequence.
+
+    The rows write k/v into the cache's first slots, which no sequence owns yet: the caller
+    clears them afterwards.
+    """
+    seconds = [_best_time(forward, rows, device, repeats) for rows in _PROBE_ROWS]
+    # Noise must not make a row count look cheaper than a smaller one.
+    return DecodeCost(_PROBE_ROWS, tuple(itertools.accumulate(seconds, max)))
+
+
+def _best_time(forward: ForwardFn, rows: int, device: torch.device, repeats: int) -> float:
+    positions = torch.arange(_PROBE_CONTEXT, _PROBE_CONTEXT + rows)
+    keys = torch.arange(_PROBE_CONTEXT + rows)
+    batch = ForwardBatch(
+        positions=positions.to(device),
+        write_slots=positions.to(device),
+        read_slots=keys.expand(rows, -1).contiguous().to(device),
+        mask=(keys[None, :] <= positions[:, None])[:, None, None, :].to(device),
+        query_index=None,
+        logits_index=torch.arange(rows).to(device),
+        max_query_len=1,
+    )
+    input_ids = torch.zeros(rows, dtype=torch.int64, device=device)
+    best = math.inf
+    for _ in range(repeats + 1):  # the first warms caches and lazy initialisation up
+        start = time.perf_counter()
+        forward(input_ids, batch)[0, 0].item()  # .item(): waits for a GPU to finish
+        best = min(best, time.perf_counter() - start)
+    return best
