@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint format bench bench-engine bench-grammar soak serve browser clean
+.PHONY: install test test-fast lint format bench bench-engine bench-grammar bench-drafts soak serve browser clean
 
 install: $(STAMP)
 
@@ -44,6 +44,10 @@ bench: install
 # The engine in-process and its precision options next to transformers.
 bench-engine: install
 	$(BIN)/python -m bench.engine_bench --out docs/bench
+
+# Drafted tokens on and off, side by side: W1 at 1, 8 and 32 streams in alternating rounds.
+bench-drafts: install
+	$(BIN)/python -m bench.draft_bench --out docs/bench
 
 # What structured output costs: W1 at 32 streams, JSON schema vs free, and compile times.
 bench-grammar: install

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-from collections import Counter, deque
+from collections import deque
 
 import torch
 
 from common.token_output import FinishReason
+from worker.engine.drafted_decode import DraftedDecode
 from worker.engine.output_processor import OutputProcessor
 from worker.engine.runner import Chunk, ModelRunner
 from worker.engine.scheduler_config import SchedulerConfig, SchedulerCounters
 from worker.engine.scheduler_loop import SchedulerLoop, call_safely
 from worker.engine.sequence import Sequence, TokenEvent
-from worker.engine.speculation import DecodeCost, DraftState
 from worker.kv.base import KVCache
 from worker.sampling.grammar import GrammarMasks
 from worker.sampling.sampler import sample_rows
@@ -22,14 +22,15 @@ from worker.sampling.sampler import sample_rows
 # - Every sequence is in exactly one place: the inbox, `waiting` (holds no pages) or
 #   `running` (holds the pages of its token_ids[:num_computed] and of what it will compute).
 # - A running sequence either prefills (feeds up to the token budget of its uncomputed
-#   tokens per step) or decodes (feeds exactly its last sampled token); see Sequence.
+#   tokens per step) or decodes (feeds its last sampled token, and after it the drafted
+#   guesses that pay, see DraftedDecode); see Sequence.
 # - A sequence gives its pages back the moment it finishes, before its last event is
 #   emitted; an abort takes effect at the next cleanup, within one iteration.
 
 
-class InferenceScheduler(SchedulerLoop):
+class InferenceScheduler(DraftedDecode, SchedulerLoop):
     """The step and the state it owns; the thread it runs on and the calls other threads make
-    into it come from SchedulerLoop."""
+    into it come from SchedulerLoop, the drafted tokens of a decode step from DraftedDecode."""
 
     def __init__(
         self,
@@ -50,8 +51,6 @@ class InferenceScheduler(SchedulerLoop):
         )
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        # Set once the engine has measured its decode step; None: no drafts.
-        self.decode_cost: DecodeCost | None = None
 
     # -- state -----------------------------------------------------------------------
     def has_work(self) -> bool:
@@ -170,83 +169,6 @@ class InferenceScheduler(SchedulerLoop):
             self._sample(ready, logits)
         self._observe_guesses(ready, drafts)
 
-    # -- speculative decoding (worker.engine.speculation) ------------------------------------
-    def _drafts(self, seqs: list[Sequence]) -> dict[Sequence, list[int]]:
-        """Each sequence's drafted tokens: of all the guesses, the most likely ones, as many
-        as make the most tokens per second by the measured step cost.
-
-        A sequence with a guess not worth a row this step keeps its first token in `guess`,
-        checked against the token it samples, so its acceptance estimate stays current.
-        """
-        cost, limit = self.decode_cost, self.config.speculative_tokens
-        if cost is None or limit == 0:
-            return {}
-        proposals: dict[Sequence, list[int]] = {}
-        chances: list[tuple[float, Sequence]] = []
-        for seq in seqs:
-            state = seq.speculation = seq.speculation or DraftState()
-            state.guess = None
-            room = min(limit, seq.max_total_tokens - len(seq.token_ids) - 1)
-            proposal = state.drafter.propose(seq.token_ids, room)
-            if proposal:
-                proposals[seq] = proposal
-                chances.extend((state.acceptance**j, seq) for j in range(1, len(proposal) + 1))
-        chances.sort(key=lambda chance: chance[0], reverse=True)
-        taken = chances[: cost.best_draft_rows(len(seqs), [c for c, _ in chances])]
-        counts = Counter(seq for _, seq in taken)
-        drafts: dict[Sequence, list[int]] = {}
-        for seq, proposal in proposals.items():
-            count = counts[seq]
-            # Rows for the drafts only where pages are free: never preempt for a guess.
-            if count and self.cache.grow(seq.seq_id, len(seq.token_ids) + count):
-                drafts[seq] = proposal[:count]
-            else:
-                assert seq.speculation is not None
-                seq.speculation.guess = proposal[0]
-        return drafts
-
-    def _verify(
-        self, seqs: list[Sequence], drafts: dict[Sequence, list[int]], logits: torch.Tensor
-    ) -> None:
-        """Sample row after row; a sequence goes on while its sampled token is its draft's.
-
-        Row i of a sequence holds the logits after its i-th drafted token, valid while every
-        draft before it was kept; each kept draft's k/v, written in this forward, is then
-        computed context.
-        """
-        first_row: dict[Sequence, int] = {}
-        fed_from = {seq: seq.num_computed for seq in drafts}
-        rows = 0
-        for seq in seqs:
-            first_row[seq] = rows
-            rows += 1 + len(drafts.get(seq, ()))
-        alive, i = seqs, 0
-        while alive:
-            index = torch.tensor([first_row[seq] + i for seq in alive], device=logits.device)
-            self._sample(alive, logits.index_select(0, index))
-            going = []
-            for seq in alive:
-                draft = drafts.get(seq, [])
-                if not seq.is_finished and i < len(draft) and seq.token_ids[-1] == draft[i]:
-                    seq.num_computed += 1
-                    going.append(seq)
-            alive, i = going, i + 1
-        for seq, draft in drafts.items():
-            kept = seq.num_computed - fed_from[seq]
-            assert seq.speculation is not None
-            seq.speculation.observe(len(draft), kept)
-            self.counters.draft_tokens += len(draft)
-            self.counters.accepted_draft_tokens += kept
-            if not seq.is_finished:
-                self.cache.commit(seq.seq_id, seq.token_ids, seq.num_computed)
-
-    @staticmethod
-    def _observe_guesses(seqs: list[Sequence], drafts: dict[Sequence, list[int]]) -> None:
-        for seq in seqs:
-            state = seq.speculation
-            if state is not None and state.guess is not None and seq not in drafts:
-                state.observe(1, int(seq.token_ids[-1] == state.guess))
-
     def _make_room(self, seq: Sequence) -> bool:
         """Pages for the token `seq` feeds next, preempting the newest sequences if needed."""
         while not self.cache.grow(seq.seq_id, len(seq.token_ids)):
@@ -268,11 +190,19 @@ class InferenceScheduler(SchedulerLoop):
 
     # -- sampling and events ------------------------------------------------------------
     def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+        for seq, event in self._sample_events(seqs, logits):
+            self._emit(seq, event)
+
+    def _sample_events(
+        self, seqs: list[Sequence], logits: torch.Tensor
+    ) -> list[tuple[Sequence, TokenEvent]]:
+        """One token per sequence from its row of `logits`, appended; the events to emit."""
         if not seqs:
-            return
+            return []
         self.processor.forbid_early_stops(seqs, logits)
         self.grammar_masks.apply(logits, seqs)
         out = sample_rows(logits, seqs)
+        events = []
         for i, seq in enumerate(seqs):
             seq.is_prefilling = False
             event = self.processor.append_token(
@@ -283,7 +213,8 @@ class InferenceScheduler(SchedulerLoop):
                 # Pages go back before the last event, so whoever receives it sees them free.
                 self.cache.release(seq.seq_id)
                 self.counters.finished_tasks += 1
-            self._emit(seq, event)
+            events.append((seq, event))
+        return events
 
     def _finish(self, seq: Sequence, reason: FinishReason, error: str | None = None) -> None:
         seq.finish_reason = reason

@@ -51,8 +51,10 @@ class Sequence:
 
     Every forward feeds the next tokens from num_computed on and advances it; when it
     reaches len(token_ids), the logits of the last token are sampled and the new token is
-    appended. Prefill feeds many tokens, decode exactly one; a preempted sequence starts
-    again from num_computed = 0 with its generated tokens as part of what it recomputes.
+    appended. Prefill feeds many tokens, decode one, or one and the drafted guesses after
+    it, each guess computed context only once its sampled token has kept it (DraftedDecode);
+    a preempted sequence starts again from num_computed = 0 with its generated tokens as
+    part of what it recomputes.
     """
 
     seq_id: int

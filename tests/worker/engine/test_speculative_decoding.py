@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from common.token_output import FinishReason, TokenLogprob
 from tests.worker.stack_factory import Stack, tiny_stack
+from worker.engine.drafted_decode import joined
+from worker.engine.sequence import TokenEvent
 from worker.engine.speculation import DecodeCost, DraftState
 
 # Every row free: every guess is fed. Every row as dear as a step: none is.
@@ -90,6 +93,10 @@ def test_greedy_tokens_are_the_same_with_drafts_some_kept_some_not(
     drafted = assert_same_with_and_without_drafts(default_model_dir, prompts, max_tokens=40)
     counters = drafted.scheduler.counters
     assert 0 < counters.accepted_draft_tokens < counters.draft_tokens
+    # A step's kept drafts reach the client in one event, fewer events than tokens.
+    events = [e for i in range(len(prompts)) for e in drafted.collector.events[f"r{i}"]]
+    assert len(events) < counters.total_tokens
+    assert max(len(e.token_ids) for e in events) > 1
 
 
 @pytest.mark.slow
@@ -151,3 +158,15 @@ def test_where_a_row_costs_a_step_nothing_is_drafted(
     stack.run()
     assert stack.scheduler.counters.draft_tokens == 0
     assert len(stack.collector.token_ids("r0")) == 12
+
+
+def test_a_steps_events_of_one_choice_join_in_order_and_end_as_the_last():
+    first = TokenEvent("r", 0, "a", (1,), (TokenLogprob(1, "a", -0.1),))
+    last = TokenEvent(
+        "r", 0, "b", (2,), (TokenLogprob(2, "b", -0.2),), finish_reason=FinishReason.STOP, stop=2
+    )
+    both = joined([first, last])
+    assert (both.text, both.token_ids) == ("ab", (1, 2))
+    assert [lp.token_id for lp in both.logprobs] == [1, 2]
+    assert both.finish_reason == FinishReason.STOP and both.stop == 2
+    assert joined([first]) is first
