@@ -101,12 +101,15 @@ def measure_decode_cost(forward: ForwardFn, device: torch.device, repeats: int =
     return DecodeCost(_PROBE_ROWS, tuple(itertools.accumulate(seconds, max)))
 
 
+# Inference tensors, as the runner builds: a compiled step guards on that, and plain tensors
+# recompiled both of its graphs (80 s on 2 cores) for the probe alone.
+@torch.inference_mode()
 def _best_time(forward: ForwardFn, rows: int, device: torch.device, repeats: int) -> float:
     positions = torch.arange(_PROBE_CONTEXT, _PROBE_CONTEXT + rows)
     keys = torch.arange(_PROBE_CONTEXT + rows)
     batch = ForwardBatch(
         positions=positions.to(device),
-        write_slots=positions.to(device),
+        write_slots=positions.clone().to(device),  # its own tensor, as the runner passes
         read_slots=keys.expand(rows, -1).contiguous().to(device),
         mask=(keys[None, :] <= positions[:, None])[:, None, None, :].to(device),
         query_index=None,

@@ -27,7 +27,11 @@ def test_compiled_decode_matches_eager_on_one_and_several_sequences(tiny_model_d
     options = {"dtype": "bfloat16", "quantization": "int4", "kv_cache_mb": 16}
     with InferenceEngine(tiny_model_dir, **options) as eager:
         expected = greedy(eager)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     with InferenceEngine(tiny_model_dir, compile=True, **options) as compiled:
+        # The warm-up's graphs and no more: the startup probe of drafted rows runs through
+        # them (plain tensors, not inference ones, once recompiled both for it).
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 2
         runner = compiled.scheduler.runner
         assert isinstance(runner.compiled_decode, CompiledDecode)
         calls: list[int] = []
