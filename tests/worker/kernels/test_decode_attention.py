@@ -105,3 +105,29 @@ def test_silu_mul_is_silu_of_the_gate_times_up():
     gate_up = torch.randn(3, 40) * 4
     expected = torch.nn.functional.silu(gate_up[:, :20]) * gate_up[:, 20:]
     torch.testing.assert_close(torch.ops.astrai.silu_mul(gate_up), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_each_sequence_gets_the_same_bits_whatever_the_batch_around_it(threads: int):
+    """Alone, a sequence's heads are items of their own; in a batch of 4 a kv head's query
+    heads go together, and from 8 whole sequences do. Every path sums in the same order."""
+    cos, sin = tables(72)
+    lengths = [3, 12, 7, 1, 9, 11, 5, 2]  # 8 x 12 rows fill the 96-row cache
+    qkv, positions, k_cache, v_cache, write_slots, read_slots = paged_case(lengths, seed=3, D=72)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+
+        def attend(rows: list[int]) -> torch.Tensor:
+            return torch.ops.astrai.decode_attention(
+                qkv[rows], positions[rows], cos, sin, k_cache, v_cache,
+                write_slots[rows], read_slots[rows], H, KVH, 0,
+            )  # fmt: skip
+
+        alone = torch.cat([attend([b]) for b in range(len(lengths))])
+        assert torch.equal(torch.cat([attend([0, 1, 2, 3]), attend([4, 5, 6, 7])]), alone)
+        assert torch.equal(attend(list(range(len(lengths)))), alone)
+    finally:
+        torch.set_num_threads(before)
+    expected = expected_attention(qkv, positions, cos, sin, k_cache, v_cache, read_slots, 0)
+    torch.testing.assert_close(alone, expected, rtol=1e-5, atol=1e-5)

@@ -4,8 +4,8 @@
 // Why: done with torch ops this is ~15 dispatches per layer and a gather that copies every
 // sequence's whole context into one padded tensor each step (B x T x heads x dim floats per
 // layer, the largest memory traffic of a batch-32 step after the weights). Here the keys and
-// values are read in place through the slot table, one query head per work item (a kv head's
-// rows, read again by each head of its group, are in L2 by then).
+// values are read in place through the slot table, and the query heads of one kv head go
+// together, so each of its rows is loaded once for all of them.
 //
 // Shapes: qkv (B, (H + 2 KVH) * D) float32, one new token per sequence: q heads, k heads,
 // v heads. positions (B,): the new token's position p; it attends to keys 0..p (or the last
@@ -48,9 +48,12 @@ inline void prefetch_row(const float* row, int64_t floats) {
 }
 #endif
 
-// scores[t] = scale * (q . k_cache[rows[t], head]) for t in [0, n).
-void head_scores(const float* q, const float* k_head, const int64_t* rows, int64_t n,
-                 int64_t row_stride, int64_t dim, float scale, float* scores) {
+// scores[h][t] = scale * (q[h] . k_cache[rows[t], head]) for the G query heads q[h] (dim
+// apart, as are their score rows, `keys` apart) of one kv head, t in [0, n). The heads of a
+// group share each load of a key; each score is summed in the same order whatever G is.
+template <int G>
+void group_scores(const float* q, const float* k_head, const int64_t* rows, int64_t n,
+                  int64_t row_stride, int64_t dim, float scale, float* scores, int64_t keys) {
   int64_t t = 0;
 #if defined(__AVX2__)
   if (dim % 8 == 0) {
@@ -58,27 +61,37 @@ void head_scores(const float* q, const float* k_head, const int64_t* rows, int64
     // scores: one reduction per key cost as much as the key's multiplications at 64 dims.
     for (; t + 4 <= n; t += 4) {
       const float* k[4];
-      __m256 acc[4];
+      __m256 acc[G][4];
       for (int j = 0; j < 4; ++j) {
         k[j] = k_head + rows[t + j] * row_stride;
-        acc[j] = _mm256_setzero_ps();
+        for (int h = 0; h < G; ++h) acc[h][j] = _mm256_setzero_ps();
         if (t + j + kAhead < n) prefetch_row(k_head + rows[t + j + kAhead] * row_stride, dim);
       }
       for (int64_t d = 0; d < dim; d += 8) {
-        const __m256 qd = _mm256_loadu_ps(q + d);
-        for (int j = 0; j < 4; ++j) acc[j] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(k[j] + d), acc[j]);
+        __m256 kd[4];
+        for (int j = 0; j < 4; ++j) kd[j] = _mm256_loadu_ps(k[j] + d);
+        for (int h = 0; h < G; ++h) {
+          const __m256 qd = _mm256_loadu_ps(q + h * dim + d);
+          for (int j = 0; j < 4; ++j) acc[h][j] = _mm256_fmadd_ps(qd, kd[j], acc[h][j]);
+        }
       }
-      const __m256 pairs = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
-      const __m128 four = _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1));
-      _mm_storeu_ps(scores + t, _mm_mul_ps(four, _mm_set1_ps(scale)));
+      for (int h = 0; h < G; ++h) {
+        const __m256 pairs = _mm256_hadd_ps(_mm256_hadd_ps(acc[h][0], acc[h][1]),
+                                            _mm256_hadd_ps(acc[h][2], acc[h][3]));
+        const __m128 four =
+            _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1));
+        _mm_storeu_ps(scores + h * keys + t, _mm_mul_ps(four, _mm_set1_ps(scale)));
+      }
     }
   }
 #endif
   for (; t < n; ++t) {
     const float* k = k_head + rows[t] * row_stride;
-    float total = 0.0f;
-    for (int64_t d = 0; d < dim; ++d) total += q[d] * k[d];
-    scores[t] = scale * total;
+    for (int h = 0; h < G; ++h) {
+      float total = 0.0f;
+      for (int64_t d = 0; d < dim; ++d) total += q[h * dim + d] * k[d];
+      scores[h * keys + t] = scale * total;
+    }
   }
 }
 
@@ -106,37 +119,89 @@ float softmax_numerators(float* scores, int64_t n) {
 }
 
 #if defined(__AVX2__)
-// out[0, 8V) = inv * sum_t weights[t] * v[rows[t]][0, 8V), the sums held in V registers
-// (writing them back to memory after every key made the loop store-bound).
-template <int V>
+// out[h][0, 8V) = inv[h] * sum_t weights[h][t] * v[rows[t]][0, 8V) for G heads (weights rows
+// `keys` apart, out rows `dim` apart), the sums held in G x V registers (writing them back to
+// memory after every key made the loop store-bound); each value row is loaded once for the G.
+template <int G, int V>
 void weighted_columns(const float* v_head, const int64_t* rows, const float* weights, int64_t n,
-                      int64_t row_stride, float inv, float* out) {
-  __m256 acc[V];
-  for (int j = 0; j < V; ++j) acc[j] = _mm256_setzero_ps();
+                      int64_t keys, int64_t row_stride, const float* inv, float* out,
+                      int64_t dim) {
+  __m256 acc[G][V];
+  for (int h = 0; h < G; ++h)
+    for (int j = 0; j < V; ++j) acc[h][j] = _mm256_setzero_ps();
   for (int64_t t = 0; t < n; ++t) {
     const float* v = v_head + rows[t] * row_stride;
     if (t + kAhead < n) prefetch_row(v_head + rows[t + kAhead] * row_stride, 8 * V);
-    const __m256 w = _mm256_set1_ps(weights[t]);
-    for (int j = 0; j < V; ++j) acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * j), acc[j]);
+    __m256 vt[V];
+    for (int j = 0; j < V; ++j) vt[j] = _mm256_loadu_ps(v + 8 * j);
+    for (int h = 0; h < G; ++h) {
+      const __m256 w = _mm256_set1_ps(weights[h * keys + t]);
+      for (int j = 0; j < V; ++j) acc[h][j] = _mm256_fmadd_ps(w, vt[j], acc[h][j]);
+    }
   }
-  const __m256 scale = _mm256_set1_ps(inv);
-  for (int j = 0; j < V; ++j) _mm256_storeu_ps(out + 8 * j, _mm256_mul_ps(acc[j], scale));
+  for (int h = 0; h < G; ++h) {
+    const __m256 scale = _mm256_set1_ps(inv[h]);
+    for (int j = 0; j < V; ++j) _mm256_storeu_ps(out + h * dim + 8 * j, _mm256_mul_ps(acc[h][j], scale));
+  }
 }
 #endif
 
-// out (D,) = sum_t weights[t] * v_cache[rows[t], head] / total.
-void weighted_values(const float* v_head, const int64_t* rows, const float* weights, int64_t n,
-                     int64_t row_stride, int64_t dim, float total, float* out) {
-  const float inv = 1.0f / total;
+// out[h] (D,) = sum_t weights[h][t] * v_cache[rows[t], head] / totals[h] for G heads. Each
+// output is summed over t in order, so the column width per pass does not change it.
+template <int G>
+void group_values(const float* v_head, const int64_t* rows, const float* weights, int64_t n,
+                  int64_t keys, int64_t row_stride, int64_t dim, const float* totals, float* out) {
+  float inv[G];
+  for (int h = 0; h < G; ++h) inv[h] = 1.0f / totals[h];
   int64_t d = 0;
 #if defined(__AVX2__)
-  for (; d + 64 <= dim; d += 64) weighted_columns<8>(v_head + d, rows, weights, n, row_stride, inv, out + d);
-  for (; d + 8 <= dim; d += 8) weighted_columns<1>(v_head + d, rows, weights, n, row_stride, inv, out + d);
+  // As many columns per pass as keep G x V sums and V value vectors in the 16 registers.
+  constexpr int kWide = G == 1 ? 8 : G == 2 ? 4 : 2;
+  for (; d + 8 * kWide <= dim; d += 8 * kWide) {
+    weighted_columns<G, kWide>(v_head + d, rows, weights, n, keys, row_stride, inv, out + d, dim);
+  }
+  for (; d + 8 <= dim; d += 8) {
+    weighted_columns<G, 1>(v_head + d, rows, weights, n, keys, row_stride, inv, out + d, dim);
+  }
 #endif
   for (; d < dim; ++d) {
-    float sum = 0.0f;
-    for (int64_t t = 0; t < n; ++t) sum += weights[t] * v_head[rows[t] * row_stride + d];
-    out[d] = sum * inv;
+    for (int h = 0; h < G; ++h) {
+      float sum = 0.0f;
+      for (int64_t t = 0; t < n; ++t) sum += weights[h * keys + t] * v_head[rows[t] * row_stride + d];
+      out[h * dim + d] = sum * inv[h];
+    }
+  }
+}
+
+// G query heads (q and out rows `dim` apart) over one kv head's rows; scores: G x keys floats.
+template <int G>
+void attend(const float* q, const float* k_head, const float* v_head, const int64_t* rows,
+            int64_t n, int64_t row_stride, int64_t dim, float scale, float* scores, int64_t keys,
+            float* out) {
+  group_scores<G>(q, k_head, rows, n, row_stride, dim, scale, scores, keys);
+  float totals[G];
+  for (int h = 0; h < G; ++h) totals[h] = softmax_numerators(scores + h * keys, n);
+  group_values<G>(v_head, rows, scores, n, keys, row_stride, dim, totals, out);
+}
+
+// `count` consecutive query heads of one kv head, three at a time where there are three.
+void attend_heads(int64_t count, const float* q, const float* k_head, const float* v_head,
+                  const int64_t* rows, int64_t n, int64_t row_stride, int64_t dim, float scale,
+                  float* scores, int64_t keys, float* out) {
+  for (int64_t h = 0; h < count;) {
+    const int64_t left = count - h;
+    const float* qh = q + h * dim;
+    float* oh = out + h * dim;
+    if (left >= 3) {
+      attend<3>(qh, k_head, v_head, rows, n, row_stride, dim, scale, scores, keys, oh);
+      h += 3;
+    } else if (left == 2) {
+      attend<2>(qh, k_head, v_head, rows, n, row_stride, dim, scale, scores, keys, oh);
+      h += 2;
+    } else {
+      attend<1>(qh, k_head, v_head, rows, n, row_stride, dim, scale, scores, keys, oh);
+      h += 1;
+    }
   }
 }
 
@@ -198,18 +263,32 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& positions,
   at::Tensor out = at::empty({batch, num_heads * dim}, qkv.options());
   float* o = out.data_ptr<float>();
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  // One item per query head, handed out as threads free up: sequences differ in length, and
-  // at one row a static split of the kv heads left a thread idle for a third of the layer.
-  parallel_chunks(batch * num_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(max_keys);
+  // Work items handed out as threads free up (sequences differ in length), as large as still
+  // gives each thread four or more: a whole sequence (its rows read in order, every kv head),
+  // else one kv head's query heads (each of its rows loaded once for all of them), else one
+  // query head (at one sequence, kv-head items left a thread idle for a third of the layer).
+  // Every output is the same sum in the same order whichever the items are.
+  const int64_t threads = at::get_num_threads();
+  const int64_t per_item = batch >= 4 * threads                     ? num_heads
+                           : batch * num_kv_heads >= 4 * threads ? group
+                                                                 : 1;
+  const int64_t items = batch * num_heads / per_item;
+  parallel_chunks(items, 1, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> scores;
+    scores.resize(group * max_keys);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t b = item / num_heads, h = item % num_heads, kvh = h / group;
+      const int64_t head0 = item * per_item;  // the item's first query head, over the batch
+      const int64_t b = head0 / num_heads;
       const int64_t first = window > 0 ? std::max<int64_t>(0, p[b] - window + 1) : 0;
       const int64_t n = p[b] + 1 - first;
       const int64_t* rows = r + b * max_keys + first;
-      head_scores(q + item * dim, kc + kvh * dim, rows, n, row_stride, dim, scale, scores.data());
-      const float total = softmax_numerators(scores.data(), n);
-      weighted_values(vc + kvh * dim, rows, scores.data(), n, row_stride, dim, total, o + item * dim);
+      for (int64_t head = head0; head < head0 + per_item;) {
+        const int64_t h = head % num_heads, kvh = h / group;
+        const int64_t count = std::min(per_item, group - h % group);
+        attend_heads(count, q + head * dim, kc + kvh * dim, vc + kvh * dim, rows, n, row_stride,
+                     dim, scale, scores.data(), max_keys, o + head * dim);
+        head += count;
+      }
     }
   });
   return out;
