@@ -5,6 +5,7 @@ import pytest
 from gateway import cli as gateway_cli
 from launcher.cli import build_parser, main, serve_plan
 from launcher.supervisor import gateway_command
+from worker.engine import options
 
 
 def gateway_config_of(argv: list[str]):
@@ -69,6 +70,22 @@ def test_a_refused_value_is_a_usage_error_before_anything_starts(argv, message, 
         main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("has_vnni", [False, True])
+def test_int8_is_a_usage_error_on_a_cpu_without_an_int8_dot_product(has_vnni, monkeypatch, capsys):
+    monkeypatch.setattr(options, "has_int8_dot_product", lambda: has_vnni)
+    argv = ["serve", "--quantization", "int8"]
+    if has_vnni:
+        plan = serve_plan(build_parser().parse_args(argv))
+        assert "--quantization=int8" in plan.workers[0].argv
+        return
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert "int8 dot-product instruction (AVX512-VNNI, AVX-VNNI or AMX)" in capsys.readouterr().err
+    # On a GPU the CPU's instructions do not matter.
+    assert options.EngineOptions(device="cuda", quantization="int8").quantization == "int8"
 
 
 def test_serve_refuses_an_allow_list_of_remote_workers():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.cli_options import option
+from worker.machine.cpu_info import has_int8_dot_product
 from worker.model.quantizations import QUANTIZATIONS
 
 KV_CACHE_KINDS = ("paged", "contiguous")
@@ -49,7 +50,8 @@ class EngineOptions:
     )
     # "auto": a Q4_1 GGUF's own codes in the native CPU kernels (q4_1, nothing lost), else
     # none. "q4_1": Q4_1 layers and a Q8_0 output layer whatever the weights (CPU only).
-    # "int8": W8A8 linear layers, faster at large batches and less exact; "int4": 4-bit
+    # "int8": W8A8 linear layers, faster at large batches and less exact (CPUs with VNNI or
+    # AMX only: elsewhere torch's int8 matmul is a slow loop); "int4": 4-bit
     # weights for few-row steps (CPU only), float32 for batches. None or "none": float.
     quantization: str | None = field(
         default="auto",
@@ -93,6 +95,12 @@ class EngineOptions:
         if self.quantization in ("int4", "q4_1") and self.device != "cpu":
             raise ValueError(
                 f"quantization {self.quantization} runs on the CPU only; use int8 or none on GPUs"
+            )
+        if self.quantization == "int8" and self.device == "cpu" and not has_int8_dot_product():
+            raise ValueError(
+                "quantization int8 needs a CPU with an int8 dot-product instruction "
+                "(AVX512-VNNI, AVX-VNNI or AMX), which this one lacks: without it torch's int8 "
+                "matmul runs at ~2 GMAC/s, 10-16x slower than the default; use auto, int4 or none"
             )
         if self.speculative_tokens < 0:
             raise ValueError(f"speculative_tokens must be >= 0, got {self.speculative_tokens}")

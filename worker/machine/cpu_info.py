@@ -53,6 +53,12 @@ def has_native_bf16() -> bool:
     return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
+def has_int8_dot_product() -> bool:
+    """An int8 dot-product instruction (AVX512-VNNI, AVX-VNNI or AMX): where torch's int8
+    matmul is fast. Without one it ran at ~2 GMAC/s on an AVX2 EPYC, 25x below float32."""
+    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags())
+
+
 def kernel_flags() -> list[str]:
     """The flags of KERNEL_FLAGS this CPU has."""
     return [flag for flag in KERNEL_FLAGS if flag in cpu_flags()]
