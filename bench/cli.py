@@ -62,7 +62,7 @@ class Progress:
 def table(points: list[dict[str, Any]], axis: str) -> str:
     header = (
         f"{axis:>11} | {'ok/total':>9} | {'out tok/s':>9} | {'req/s':>6} | {'goodput':>7} | "
-        f"{'TTFT mean':>9} | {'TTFT p95':>8} | {'ITL p50':>7} | {'E2E p99':>7}"
+        f"{'TTFT mean':>9} | {'TTFT p95':>8} | {'ITL p50':>7} | {'TPOT p50':>8} | {'E2E p99':>7}"
     )
     lines = [header, "-" * len(header)]
 
@@ -74,7 +74,8 @@ def table(points: list[dict[str, Any]], axis: str) -> str:
             f"{p[axis]:>11} | {p['completed']:>4}/{p['requests']:<4} | "
             f"{p['output_tok_s']:>9.1f} | {p['req_s']:>6.2f} | {p['goodput_req_s']:>7.2f} | "
             f"{fmt(p['ttft_s']['mean']):>9} | {fmt(p['ttft_s']['p95']):>8} | "
-            f"{fmt(p['itl_s']['p50']):>7} | {fmt(p['latency_s']['p99']):>7}"
+            f"{fmt(p['itl_s']['p50']):>7} | {fmt(p['tpot_s']['p50']):>8} | "
+            f"{fmt(p['latency_s']['p99']):>7}"
         )
     return "\n".join(lines)
 

@@ -198,7 +198,11 @@ def run_http(
         wall_s=wall,
         ttft_mean_s=summary["ttft_s"]["mean"],
         ttft_p95_s=summary["ttft_s"]["p95"],
-        extra={"ttft_p50_s": summary["ttft_s"]["p50"], "itl_p50_s": summary["itl_s"]["p50"]},
+        extra={
+            "ttft_p50_s": summary["ttft_s"]["p50"],
+            "itl_p50_s": summary["itl_s"]["p50"],
+            "tpot_p50_s": summary["tpot_s"]["p50"],
+        },
     )
 
 

@@ -39,20 +39,22 @@ def runs_table(results: list[RunResult]) -> str:
     """One line per system and point: the run of median throughput, with every round's."""
     lines = [
         "| system | workload | concurrency | requests | output tok/s (median) | rounds tok/s "
-        "| vs llama-server | tokens/request | TTFT mean s | TTFT p95 s | ITL p50 ms |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| vs llama-server | tokens/request | TTFT mean s | TTFT p95 s | ITL p50 ms "
+        "| TPOT p50 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for point in _points(results):
         runs = _runs(results, *point)
         r = median_run(runs)
         ratio = _ratio(results, runs)
-        itl = r.extra.get("itl_p50_s")
+        itl, tpot = r.extra.get("itl_p50_s"), r.extra.get("tpot_p50_s")
         each = " / ".join(f"{x.tok_s:.1f}" for x in runs)
         lines.append(
             f"| {r.system} | {r.workload} | {r.concurrency} | {r.requests} | {r.tok_s:.1f} "
             f"| {each} | {'' if ratio is None else f'{ratio[0]:.2f}×'} "
             f"| {r.output_tokens / r.requests:.0f} | {r.ttft_mean_s:.3f} "
-            f"| {r.ttft_p95_s:.3f} | {'' if itl is None else f'{itl * 1e3:.1f}'} |"
+            f"| {r.ttft_p95_s:.3f} | {'' if itl is None else f'{itl * 1e3:.1f}'} "
+            f"| {'' if tpot is None else f'{tpot * 1e3:.1f}'} |"
         )
     return "\n".join(lines)
 

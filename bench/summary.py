@@ -46,6 +46,13 @@ def summarize(
         return not (slo_itl_s is not None and itl_p95 is not None and itl_p95 > slo_itl_s)
 
     good = [r for r in ok if meets_slo(r)]
+    # Time per output token after the first, per request: unlike the gaps between SSE events
+    # (ITL), it counts every token of an event that carries several (drafted tokens kept).
+    tpots = [
+        (r.latency - r.ttft) / (r.output_tokens - 1)
+        for r in ok
+        if r.latency is not None and r.ttft is not None and r.output_tokens > 1
+    ]
     return {
         "requests": len(records),
         "completed": len(ok),
@@ -58,5 +65,6 @@ def summarize(
         "goodput_req_s": len(good) / wall_s if wall_s > 0 else 0.0,
         "ttft_s": distribution([r.ttft for r in ok if r.ttft is not None]),
         "itl_s": distribution(itls),
+        "tpot_s": distribution(tpots),
         "latency_s": distribution([r.latency for r in ok if r.latency is not None]),
     }

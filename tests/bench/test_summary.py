@@ -26,6 +26,7 @@ def test_summary_counts_errors_and_goodput():
     assert summary["goodput_req_s"] == 0.2
     assert summary["ttft_s"]["mean"] == 1.05
     assert summary["itl_s"]["p50"] == 0.1
+    assert summary["tpot_s"]["mean"] == (0.2 + 1.0) / 2  # (latency - TTFT) / (tokens - 1)
     assert summary["error_samples"] == ["HTTP 503: no worker"]
 
 
@@ -40,3 +41,14 @@ def test_the_itl_slo_holds_for_95_percent_of_a_requests_gaps():
     two_stalls = with_gaps([0.05] * 18 + [0.5, 0.5])  # 2 in 20: p95 is 500 ms
     summary = summarize([one_stall, two_stalls], wall_s=1.0, slo_ttft_s=1.0, slo_itl_s=0.1)
     assert summary["goodput_req_s"] == 1.0
+
+
+def test_tpot_counts_every_token_of_an_event_that_carries_several():
+    """Three events 30 ms apart carrying 1, 4 and 4 tokens (drafted tokens kept): the gaps
+    between events read 30 ms, the time per token after the first 60 / 8 = 7.5 ms."""
+    record = RequestRecord(
+        True, 0.0, ttft=0.05, latency=0.11, token_times=[0.05, 0.08, 0.11], output_tokens=9
+    )
+    summary = summarize([record], wall_s=1.0)
+    assert round(summary["itl_s"]["p50"], 6) == 0.03
+    assert round(summary["tpot_s"]["p50"], 6) == 0.0075
