@@ -15,12 +15,15 @@ from worker.text.tokenizer import Tokenizer
 FIXED_TEXT = " ".join([SYSTEM_PROMPT_W2, *(tenant_system_prompt(*t) for t in TENANTS[:2])])
 
 
-def sequence_logits(model: LlamaModel, ids: list[int]) -> torch.Tensor:
-    """(len(ids), vocab) logits of one sequence in one forward, over a private cache."""
+def sequence_logits(
+    model: LlamaModel, ids: list[int], kv_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """(len(ids), vocab) logits of one sequence in one forward, over a private cache of
+    `kv_dtype` (default: the model's), whose rows every position attends to as stored."""
     config = model.config
     n = len(ids)
     shape = (config.num_layers, n, config.num_kv_heads, config.head_dim)
-    k = torch.zeros(shape, dtype=model.dtype)
+    k = torch.zeros(shape, dtype=kv_dtype or model.dtype)
     v = torch.zeros_like(k)
     pos = torch.arange(n)
     mask = (pos[None, :] <= pos[:, None]).repeat_interleave(config.kv_group_size, dim=0)
@@ -32,16 +35,16 @@ def sequence_logits(model: LlamaModel, ids: list[int]) -> torch.Tensor:
 def top1_agreement(
     model_dir: Path, variants: dict[str, dict], max_tokens: int = 1024
 ) -> dict[str, float]:
-    """{variant name: fraction of positions whose argmax equals float32's}."""
+    """{variant name: fraction of positions whose argmax equals float32's}. A variant is
+    load_model's keywords, plus `kv_dtype` for the cache it attends over."""
     ids = Tokenizer(model_dir).encode(FIXED_TEXT)[:max_tokens]
     cpu = torch.device("cpu")
     reference = sequence_logits(load_model(model_dir, torch.float32, cpu), ids).argmax(-1)
-    return {
-        name: (
-            sequence_logits(load_model(model_dir, device=cpu, **kw), ids).argmax(-1) == reference
-        )
-        .float()
-        .mean()
-        .item()
-        for name, kw in variants.items()
-    } | {"positions": float(len(ids))}
+
+    def agreement(kw: dict) -> float:
+        kw = dict(kw)
+        kv_dtype = kw.pop("kv_dtype", None)
+        logits = sequence_logits(load_model(model_dir, device=cpu, **kw), ids, kv_dtype)
+        return (logits.argmax(-1) == reference).float().mean().item()
+
+    return {name: agreement(kw) for name, kw in variants.items()} | {"positions": float(len(ids))}

@@ -155,6 +155,12 @@ def main() -> None:
                 "quantization": "q4_1",
                 "exact_only": True,
             },
+            "default with --kv-cache-dtype float16": {
+                "dtype": torch.float32,
+                "quantization": "q4_1",
+                "exact_only": True,
+                "kv_dtype": torch.float16,
+            },
             "bfloat16 weights (fp32 residual and head)": {"dtype": torch.bfloat16},
             "int8 W8A8 (fp32 rest)": {"dtype": torch.float32, "quantization": "int8"},
             "int4, torch's kernel (bf16 activations)": {

@@ -24,6 +24,7 @@ from worker.engine.sequence import EventSink
 from worker.engine.speculation import DecodeCost, measure_decode_cost
 from worker.model.loader import load_config, load_model
 from worker.model.model_dir import resolve_model_dir
+from worker.model.precision import DTYPES
 from worker.text.tokenizer import Tokenizer
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -94,7 +95,15 @@ class InferenceEngine(GenerationAPI):
         log.info("%s", choices.describe())
         self.tokenizer = Tokenizer(self.model_dir, config.eos_token_ids)
         context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
-        self.cache = build_cache(opts, config, self.dtype, device, context)
+        kv_dtype = self.dtype if opts.kv_cache_dtype == "auto" else DTYPES[opts.kv_cache_dtype]
+        self.cache = build_cache(opts, config, kv_dtype, device, context)
+        storage = self.cache.storage
+        log.info(
+            "KV cache: %d tokens, %s, %d MiB",
+            storage.k.shape[1] * storage.k.shape[2],
+            str(kv_dtype).removeprefix("torch."),
+            storage.bytes_reserved >> 20,
+        )
         self.max_model_len = min(context, self.cache.max_tokens_per_seq)
         self.requests = RequestFactory(self.tokenizer, self.max_model_len, config.vocab_size)
         compiled = None

@@ -9,6 +9,7 @@ from worker.machine.cpu_info import has_int8_dot_product
 from worker.model.quantizations import QUANTIZATIONS
 
 KV_CACHE_KINDS = ("paged", "contiguous")
+KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
 QUANTIZATION_CHOICES = ("auto", "none", *QUANTIZATIONS)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -28,6 +29,17 @@ class EngineOptions:
     kv_cache: str = "paged"
     page_size: int = 16
     kv_cache_mb: int = field(default=1024, metadata=option("memory for the KV cache, in MiB"))
+    # "auto": the weights' dtype (float32 on a CPU), whose cached rows are exactly what the
+    # model computed. "float16" halves the memory per token and the bytes a decode step
+    # reads from the cache, for values rounded to 11 significant bits.
+    kv_cache_dtype: str = field(
+        default="auto",
+        metadata=option(
+            "cached k/v rows: auto (the weights' dtype), float32, float16 (half the memory "
+            "and the attention's reads; rounded) or bfloat16",
+            choices=KV_CACHE_DTYPES,
+        ),
+    )
     max_seqs: int = field(default=64, metadata=option("sequences decoded together at most"))
     max_model_len: int | None = field(
         default=None, metadata=option("context length in tokens (default: the model's)")
@@ -82,6 +94,10 @@ class EngineOptions:
     def __post_init__(self) -> None:
         if self.kv_cache not in KV_CACHE_KINDS:
             raise ValueError(f"kv_cache must be one of {KV_CACHE_KINDS}, got {self.kv_cache!r}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(
+                f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {self.kv_cache_dtype!r}"
+            )
         for name in ("page_size", "kv_cache_mb", "max_seqs", "prefill_token_budget"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -54,9 +54,11 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         # Prefill attention runs in float32 on the CPU, where bf16 arithmetic is slower
         # (1.65x for a 512-token prompt); one-row decode runs in the cache's dtype, as
-        # converting every cached row would cost more than it saves.
+        # converting every cached row would cost more than it saves, except a float16 cache
+        # on the CPU, whose arithmetic the CPU has no instructions for.
         dtype = k_cache.dtype
-        if batch.max_query_len > 1 and q.device.type == "cpu":
+        on_cpu = q.device.type == "cpu"
+        if on_cpu and (batch.max_query_len > 1 or dtype == torch.float16):
             dtype = torch.float32
         if batch.seq_lengths is not None:
             return self._attend_each(q.to(dtype), k_cache, v_cache, batch).to(q.dtype)

@@ -4,7 +4,7 @@ Same arithmetic as LlamaModel's reference forward (tested equal), in five native
 layer, or one for all layers when every linear layer is Q4_1 blocks, instead of ~40 torch ops
 per layer: at one decoding row the reference spent more time dispatching small ops from
 Python than multiplying. Used for forwards in which every sequence feeds exactly one token
-into a float32 cache on the CPU; everything else takes the reference path.
+into a float32 or float16 cache on the CPU; everything else takes the reference path.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def handles(model: LlamaModel, batch: ForwardBatch, kv_layers: Sequence[LayerKV]
         model.native_decode
         and batch.max_query_len == 1
         and batch.query_index is None
-        and kv_layers[0][0].dtype == torch.float32
+        and kv_layers[0][0].dtype in (torch.float32, torch.float16)
     )
 
 

@@ -171,6 +171,29 @@ def test_int8_engine_serves_where_the_cpu_has_an_int8_dot_product_and_is_refused
         assert isinstance(text, str) and len(text.split()) >= 2
 
 
+def test_a_float16_kv_cache_keeps_the_top_choices_under_teacher_forcing(engine: InferenceEngine):
+    """Every position attends over k/v rounded to float16, as a float16 cache stores them;
+    the default weights keep float32's argmax (1,024 positions of bench/accuracy.py: 100%)."""
+    ids = engine.tokenizer.encode(TEACHER_TEXT)
+    model = engine.model
+    reference = full_sequence_logits(model, ids).argmax(-1)
+    rounded = full_sequence_logits(model, ids, torch.float16).argmax(-1)
+    assert len(ids) > 190
+    assert (reference == rounded).float().mean().item() >= 0.98
+
+
+def test_a_float16_kv_cache_decodes_through_the_native_kernel_like_its_prefill():
+    """Greedy tokens of a float16-cache engine, decoded one step at a time through the
+    native kernel, equal those of the same cache read by the reference attention."""
+    prompt = "Name three colours."
+    with InferenceEngine(kv_cache_dtype="float16", kv_cache_mb=64, speculative_tokens=0) as fp16:
+        assert fp16.cache.storage.k.dtype == torch.float16
+        native = fp16.generate(prompt, temperature=0, max_tokens=16)
+        fp16.model.native_decode = False  # the reference path: torch ops over the same cache
+        reference = fp16.generate(prompt, temperature=0, max_tokens=16)
+    assert native == reference and len(native.split()) >= 3
+
+
 def test_int4_is_refused_off_the_cpu():
     with pytest.raises(ValueError, match="CPU only"):
         InferenceEngine(quantization="int4", device="cuda")

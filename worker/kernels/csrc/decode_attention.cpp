@@ -10,7 +10,7 @@
 // Shapes: qkv (B, (H + 2 KVH) * D) float32, one new token per sequence: q heads, k heads,
 // v heads. positions (B,): the new token's position p; it attends to keys 0..p (or the last
 // `window` of them), whose cache rows are read_slots[b, 0..p]. k_cache / v_cache
-// (slots, KVH, D) float32. cos / sin (positions, D): rotate-half tables, halves duplicated.
+// (slots, KVH, D) float32 or float16. cos / sin (positions, D): rotate-half tables, halves duplicated.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -27,12 +27,30 @@
 namespace astrai {
 namespace {
 
+// The cache holds float32 or float16 elements (half the bytes each step reads; an F16C
+// instruction widens eight of them). Written values round to nearest even, as torch's do.
+inline float widen(float x) { return x; }
+inline float widen(c10::Half x) { return static_cast<float>(x); }
+
+template <typename T>
+inline T narrow(float x) {
+  return static_cast<T>(x);
+}
+
+#if defined(__AVX2__)
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const c10::Half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+#endif
+
 // x (D,) rotated by the angles of one position, rotate-half convention, into out (D,).
-void rope(const float* x, const float* cos, const float* sin, int64_t dim, float* out) {
+template <typename T>
+void rope(const float* x, const float* cos, const float* sin, int64_t dim, T* out) {
   const int64_t half = dim / 2;
   for (int64_t d = 0; d < half; ++d) {
-    out[d] = x[d] * cos[d] - x[d + half] * sin[d];
-    out[d + half] = x[d + half] * cos[d + half] + x[d] * sin[d + half];
+    out[d] = narrow<T>(x[d] * cos[d] - x[d + half] * sin[d]);
+    out[d + half] = narrow<T>(x[d + half] * cos[d + half] + x[d] * sin[d + half]);
   }
 }
 
@@ -41,9 +59,11 @@ void rope(const float* x, const float* cos, const float* sin, int64_t dim, float
 // from the next row's: asked for this many keys ahead, they are in L1 when their turn comes.
 constexpr int64_t kAhead = 8;
 
-inline void prefetch_row(const float* row, int64_t floats) {
-  for (int64_t f = 0; f < floats; f += 16) {
-    _mm_prefetch(reinterpret_cast<const char*>(row + f), _MM_HINT_T0);
+template <typename T>
+inline void prefetch_row(const T* row, int64_t count) {
+  const char* bytes = reinterpret_cast<const char*>(row);
+  for (int64_t b = 0; b < count * static_cast<int64_t>(sizeof(T)); b += 64) {
+    _mm_prefetch(bytes + b, _MM_HINT_T0);
   }
 }
 #endif
@@ -51,8 +71,8 @@ inline void prefetch_row(const float* row, int64_t floats) {
 // scores[h][t] = scale * (q[h] . k_cache[rows[t], head]) for the G query heads q[h] (dim
 // apart, as are their score rows, `keys` apart) of one kv head, t in [0, n). The heads of a
 // group share each load of a key; each score is summed in the same order whatever G is.
-template <int G>
-void group_scores(const float* q, const float* k_head, const int64_t* rows, int64_t n,
+template <int G, typename T>
+void group_scores(const float* q, const T* k_head, const int64_t* rows, int64_t n,
                   int64_t row_stride, int64_t dim, float scale, float* scores, int64_t keys) {
   int64_t t = 0;
 #if defined(__AVX2__)
@@ -60,7 +80,7 @@ void group_scores(const float* q, const float* k_head, const int64_t* rows, int6
     // Four keys at a time share each load of q, and one horizontal reduction gives all four
     // scores: one reduction per key cost as much as the key's multiplications at 64 dims.
     for (; t + 4 <= n; t += 4) {
-      const float* k[4];
+      const T* k[4];
       __m256 acc[G][4];
       for (int j = 0; j < 4; ++j) {
         k[j] = k_head + rows[t + j] * row_stride;
@@ -69,7 +89,7 @@ void group_scores(const float* q, const float* k_head, const int64_t* rows, int6
       }
       for (int64_t d = 0; d < dim; d += 8) {
         __m256 kd[4];
-        for (int j = 0; j < 4; ++j) kd[j] = _mm256_loadu_ps(k[j] + d);
+        for (int j = 0; j < 4; ++j) kd[j] = load8(k[j] + d);
         for (int h = 0; h < G; ++h) {
           const __m256 qd = _mm256_loadu_ps(q + h * dim + d);
           for (int j = 0; j < 4; ++j) acc[h][j] = _mm256_fmadd_ps(qd, kd[j], acc[h][j]);
@@ -86,10 +106,10 @@ void group_scores(const float* q, const float* k_head, const int64_t* rows, int6
   }
 #endif
   for (; t < n; ++t) {
-    const float* k = k_head + rows[t] * row_stride;
+    const T* k = k_head + rows[t] * row_stride;
     for (int h = 0; h < G; ++h) {
       float total = 0.0f;
-      for (int64_t d = 0; d < dim; ++d) total += q[h * dim + d] * k[d];
+      for (int64_t d = 0; d < dim; ++d) total += q[h * dim + d] * widen(k[d]);
       scores[h * keys + t] = scale * total;
     }
   }
@@ -122,18 +142,18 @@ float softmax_numerators(float* scores, int64_t n) {
 // out[h][0, 8V) = inv[h] * sum_t weights[h][t] * v[rows[t]][0, 8V) for G heads (weights rows
 // `keys` apart, out rows `dim` apart), the sums held in G x V registers (writing them back to
 // memory after every key made the loop store-bound); each value row is loaded once for the G.
-template <int G, int V>
-void weighted_columns(const float* v_head, const int64_t* rows, const float* weights, int64_t n,
+template <int G, int V, typename T>
+void weighted_columns(const T* v_head, const int64_t* rows, const float* weights, int64_t n,
                       int64_t keys, int64_t row_stride, const float* inv, float* out,
                       int64_t dim) {
   __m256 acc[G][V];
   for (int h = 0; h < G; ++h)
     for (int j = 0; j < V; ++j) acc[h][j] = _mm256_setzero_ps();
   for (int64_t t = 0; t < n; ++t) {
-    const float* v = v_head + rows[t] * row_stride;
+    const T* v = v_head + rows[t] * row_stride;
     if (t + kAhead < n) prefetch_row(v_head + rows[t + kAhead] * row_stride, 8 * V);
     __m256 vt[V];
-    for (int j = 0; j < V; ++j) vt[j] = _mm256_loadu_ps(v + 8 * j);
+    for (int j = 0; j < V; ++j) vt[j] = load8(v + 8 * j);
     for (int h = 0; h < G; ++h) {
       const __m256 w = _mm256_set1_ps(weights[h * keys + t]);
       for (int j = 0; j < V; ++j) acc[h][j] = _mm256_fmadd_ps(w, vt[j], acc[h][j]);
@@ -148,8 +168,8 @@ void weighted_columns(const float* v_head, const int64_t* rows, const float* wei
 
 // out[h] (D,) = sum_t weights[h][t] * v_cache[rows[t], head] / totals[h] for G heads. Each
 // output is summed over t in order, so the column width per pass does not change it.
-template <int G>
-void group_values(const float* v_head, const int64_t* rows, const float* weights, int64_t n,
+template <int G, typename T>
+void group_values(const T* v_head, const int64_t* rows, const float* weights, int64_t n,
                   int64_t keys, int64_t row_stride, int64_t dim, const float* totals, float* out) {
   float inv[G];
   for (int h = 0; h < G; ++h) inv[h] = 1.0f / totals[h];
@@ -167,15 +187,17 @@ void group_values(const float* v_head, const int64_t* rows, const float* weights
   for (; d < dim; ++d) {
     for (int h = 0; h < G; ++h) {
       float sum = 0.0f;
-      for (int64_t t = 0; t < n; ++t) sum += weights[h * keys + t] * v_head[rows[t] * row_stride + d];
+      for (int64_t t = 0; t < n; ++t) {
+        sum += weights[h * keys + t] * widen(v_head[rows[t] * row_stride + d]);
+      }
       out[h * dim + d] = sum * inv[h];
     }
   }
 }
 
 // G query heads (q and out rows `dim` apart) over one kv head's rows; scores: G x keys floats.
-template <int G>
-void attend(const float* q, const float* k_head, const float* v_head, const int64_t* rows,
+template <int G, typename T>
+void attend(const float* q, const T* k_head, const T* v_head, const int64_t* rows,
             int64_t n, int64_t row_stride, int64_t dim, float scale, float* scores, int64_t keys,
             float* out) {
   group_scores<G>(q, k_head, rows, n, row_stride, dim, scale, scores, keys);
@@ -185,7 +207,8 @@ void attend(const float* q, const float* k_head, const float* v_head, const int6
 }
 
 // `count` consecutive query heads of one kv head, three at a time where there are three.
-void attend_heads(int64_t count, const float* q, const float* k_head, const float* v_head,
+template <typename T>
+void attend_heads(int64_t count, const float* q, const T* k_head, const T* v_head,
                   const int64_t* rows, int64_t n, int64_t row_stride, int64_t dim, float scale,
                   float* scores, int64_t keys, float* out) {
   for (int64_t h = 0; h < count;) {
@@ -205,18 +228,12 @@ void attend_heads(int64_t count, const float* q, const float* k_head, const floa
   }
 }
 
-}  // namespace
-
-at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& positions,
-                            const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& k_cache,
-                            const at::Tensor& v_cache, const at::Tensor& write_slots,
-                            const at::Tensor& read_slots, int64_t num_heads, int64_t num_kv_heads,
-                            int64_t window) {
-  TORCH_CHECK(qkv.dim() == 2 && qkv.scalar_type() == at::kFloat && qkv.is_contiguous(),
-              "qkv must be a contiguous (B, (H + 2 KVH) * D) float32 tensor");
-  TORCH_CHECK(k_cache.scalar_type() == at::kFloat && v_cache.scalar_type() == at::kFloat &&
-                  k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.dim() == 3,
-              "the caches must be contiguous (slots, KVH, D) float32 tensors");
+template <typename T>
+at::Tensor attend_batch(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& cos,
+                        const at::Tensor& sin, const at::Tensor& k_cache,
+                        const at::Tensor& v_cache, const at::Tensor& write_slots,
+                        const at::Tensor& read_slots, int64_t num_heads, int64_t num_kv_heads,
+                        int64_t window) {
   TORCH_CHECK(num_heads % num_kv_heads == 0, "num_heads must be a multiple of num_kv_heads");
   const int64_t batch = qkv.size(0), dim = k_cache.size(2);
   const int64_t group = num_heads / num_kv_heads;
@@ -242,8 +259,8 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& positions,
     }
   }
   const float* in = qkv.data_ptr<float>();
-  float* kc = k_cache.data_ptr<float>();
-  float* vc = v_cache.data_ptr<float>();
+  T* kc = k_cache.data_ptr<T>();
+  T* vc = v_cache.data_ptr<T>();
   const float* cos_data = cos_t.data_ptr<float>();
   const float* sin_data = sin_t.data_ptr<float>();
   const int64_t row_stride = num_kv_heads * dim, in_stride = qkv.size(1);
@@ -257,7 +274,9 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& positions,
     for (int64_t h = 0; h < num_heads; ++h) rope(row + h * dim, c, s, dim, q + (b * num_heads + h) * dim);
     for (int64_t h = 0; h < num_kv_heads; ++h) {
       rope(row + (num_heads + h) * dim, c, s, dim, kc + w[b] * row_stride + h * dim);
-      std::copy_n(row + (num_heads + num_kv_heads + h) * dim, dim, vc + w[b] * row_stride + h * dim);
+      const float* v = row + (num_heads + num_kv_heads + h) * dim;
+      T* slot = vc + w[b] * row_stride + h * dim;
+      for (int64_t d = 0; d < dim; ++d) slot[d] = narrow<T>(v[d]);
     }
   }
   at::Tensor out = at::empty({batch, num_heads * dim}, qkv.options());
@@ -292,6 +311,27 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& positions,
     }
   });
   return out;
+}
+
+}  // namespace
+
+at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& positions,
+                            const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& k_cache,
+                            const at::Tensor& v_cache, const at::Tensor& write_slots,
+                            const at::Tensor& read_slots, int64_t num_heads, int64_t num_kv_heads,
+                            int64_t window) {
+  TORCH_CHECK(qkv.dim() == 2 && qkv.scalar_type() == at::kFloat && qkv.is_contiguous(),
+              "qkv must be a contiguous (B, (H + 2 KVH) * D) float32 tensor");
+  const auto kind = k_cache.scalar_type();
+  TORCH_CHECK((kind == at::kFloat || kind == at::kHalf) && v_cache.scalar_type() == kind &&
+                  k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.dim() == 3,
+              "the caches must be contiguous (slots, KVH, D) tensors, both float32 or float16");
+  if (kind == at::kHalf) {
+    return attend_batch<c10::Half>(qkv, positions, cos, sin, k_cache, v_cache, write_slots,
+                                   read_slots, num_heads, num_kv_heads, window);
+  }
+  return attend_batch<float>(qkv, positions, cos, sin, k_cache, v_cache, write_slots, read_slots,
+                             num_heads, num_kv_heads, window);
 }
 
 TORCH_LIBRARY_FRAGMENT(astrai, m) {
