@@ -13,7 +13,7 @@ import torch
 
 from worker.engine.scheduler_config import SchedulerConfig, SchedulerCounters
 from worker.engine.sequence import Sequence, TokenEvent
-from worker.engine.speculation import DecodeCost, DraftState
+from worker.engine.speculation import DraftState, StepCost, best_draft_rows
 from worker.kv.base import KVCache
 
 
@@ -38,7 +38,7 @@ class DraftedDecode:
     config: SchedulerConfig
     counters: SchedulerCounters
     # Set once the engine has measured its decode step; None: no drafts.
-    decode_cost: DecodeCost | None = None
+    decode_cost: StepCost | None = None
 
     def _sample_events(
         self, seqs: list[Sequence], logits: torch.Tensor
@@ -69,7 +69,7 @@ class DraftedDecode:
                 proposals[seq] = proposal
                 chances.extend((state.acceptance**j, seq) for j in range(1, len(proposal) + 1))
         chances.sort(key=lambda chance: chance[0], reverse=True)
-        taken = chances[: cost.best_draft_rows(len(seqs), [c for c, _ in chances])]
+        taken = chances[: best_draft_rows(cost, len(seqs), [c for c, _ in chances])]
         counts = Counter(seq for _, seq in taken)
         drafts: dict[Sequence, list[int]] = {}
         for seq, proposal in proposals.items():

@@ -21,7 +21,7 @@ from worker.engine.request import Prompt, RequestFactory
 from worker.engine.runner import ModelRunner
 from worker.engine.scheduler import InferenceScheduler, SchedulerConfig
 from worker.engine.sequence import EventSink
-from worker.engine.speculation import DecodeCost, measure_decode_cost
+from worker.engine.speculation import DecodeCost, ServedDecodeCost, measure_decode_cost
 from worker.model.loader import load_config, load_model
 from worker.model.model_dir import resolve_model_dir
 from worker.model.precision import DTYPES
@@ -122,7 +122,8 @@ class InferenceEngine(GenerationAPI):
             ),
         )
         if opts.speculative_tokens:
-            self.scheduler.decode_cost = self._measure_decode_cost(runner, device)
+            probe = self._measure_decode_cost(runner, device)
+            self.scheduler.decode_cost = ServedDecodeCost(probe)
 
     def _measure_decode_cost(self, runner: ModelRunner, device: torch.device) -> DecodeCost:
         cost = measure_decode_cost(runner.forward_batch, device)

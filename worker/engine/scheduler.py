@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import deque
 
 import torch
@@ -152,6 +153,7 @@ class InferenceScheduler(DraftedDecode, SchedulerLoop):
                 ready.append(seq)
         if not ready:
             return
+        start = time.perf_counter()
         drafts = self._drafts(ready)
         chunks = [
             Chunk(seq.seq_id, seq.num_computed + i, [token], True)
@@ -168,6 +170,8 @@ class InferenceScheduler(DraftedDecode, SchedulerLoop):
         else:
             self._sample(ready, logits)
         self._observe_guesses(ready, drafts)
+        if self.decode_cost is not None:  # the served step, sampling rounds included
+            self.decode_cost.observe(len(chunks), time.perf_counter() - start)
 
     def _make_room(self, seq: Sequence) -> bool:
         """Pages for the token `seq` feeds next, preempting the newest sequences if needed."""

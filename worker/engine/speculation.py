@@ -6,8 +6,8 @@ while the sampled token equals them. Every token is still sampled from the model
 distribution (for greedy rows the same tokens as without drafts), so drafts change speed,
 never output. Whether a draft pays depends on the machine: a row costs little next to the
 weights' memory traffic on a GPU, and nearly as much as the whole step on a compute-bound
-CPU batch. So the engine measures its decode step at startup and drafts a token only
-where its expected gain beats its cost.
+CPU batch. So the engine measures its decode step at startup, corrects that table by the
+steps it then serves, and drafts a token only where its expected gain beats its cost.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -33,12 +34,36 @@ from worker.model.batch import ForwardBatch
 _REQUIRED_GAIN = 0.1
 _FIRST_ACCEPTANCE = 0.5  # a sequence's prior chance that a drafted token is kept
 _ACCEPTANCE_WEIGHT = 0.2  # weight of each new observation in the running estimate
+_STEP_WEIGHT = 0.1  # weight of each served step in its row count's measured/probed ratio
 _PROBE_CONTEXT = 64
 # Few rows finely: there the step turns from memory bound to compute bound on a CPU.
 _PROBE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16)
 
 # One decode forward as ModelRunner.forward_batch runs it: (input_ids, batch) → logits.
 ForwardFn = Callable[[torch.Tensor, ForwardBatch], torch.Tensor]
+
+
+class StepCost(Protocol):
+    """A decode step's seconds by rows fed, and what the scheduler tells it of served steps."""
+
+    def __call__(self, rows: int) -> float: ...
+
+    def observe(self, rows: int, seconds: float) -> None: ...
+
+
+def best_draft_rows(cost: StepCost, num_seqs: int, chances: list[float]) -> int:
+    """How many of the drafted tokens to feed, most likely kept first: the count that makes
+    most tokens per second, expecting from the step num_seqs tokens plus each fed draft's
+    chance of being kept (`chances`, in falling order); none unless that beats no drafts by
+    _REQUIRED_GAIN."""
+    plain_rate = num_seqs / cost(num_seqs)
+    best, best_rate, expected = 0, plain_rate, float(num_seqs)
+    for extra, chance in enumerate(chances, start=1):
+        expected += chance
+        rate = expected / cost(num_seqs + extra)
+        if rate > best_rate:
+            best, best_rate = extra, rate
+    return best if best_rate >= (1.0 + _REQUIRED_GAIN) * plain_rate else 0
 
 
 @dataclass(frozen=True)
@@ -61,19 +86,53 @@ class DecodeCost:
         s0, s1 = self.seconds[i - 1], self.seconds[i]
         return s0 + (s1 - s0) * (rows - r0) / (r1 - r0)
 
-    def best_draft_rows(self, num_seqs: int, chances: list[float]) -> int:
-        """How many of the drafted tokens to feed, most likely kept first: the count that
-        makes most tokens per second, expecting from the step num_seqs tokens plus each
-        fed draft's chance of being kept (`chances`, in falling order); none unless that
-        beats no drafts by _REQUIRED_GAIN."""
-        plain_rate = num_seqs / self(num_seqs)
-        best, best_rate, expected = 0, plain_rate, float(num_seqs)
-        for extra, chance in enumerate(chances, start=1):
-            expected += chance
-            rate = expected / self(num_seqs + extra)
-            if rate > best_rate:
-                best, best_rate = extra, rate
-        return best if best_rate >= (1.0 + _REQUIRED_GAIN) * plain_rate else 0
+    def observe(self, rows: int, seconds: float) -> None:
+        """A fixed table: served steps do not change it (see ServedDecodeCost)."""
+
+
+class ServedDecodeCost:
+    """The startup table, corrected by the decode steps the engine serves.
+
+    Why: the probe times one short sequence's forward on a quiet machine. A served step also
+    samples its rows (in rounds, with drafts), attends over longer contexts, and shares the
+    cores with the gateway and the clients; the probe read 10-25% below served steps on a
+    2-core CPU, and a probe that a busy moment distorts would steer every later decision.
+    Each served step moves its row count's ratio of served to probed seconds; a row count
+    not served yet takes the ratios of the nearest served ones (linear in between), so the
+    probe's shape holds until served steps say otherwise. Row counts are served only where
+    drafts were fed, so a table too hopeful about extra rows corrects itself, and one too
+    wary keeps drafting off, the cheaper mistake.
+    """
+
+    def __init__(self, probe: DecodeCost) -> None:
+        self.probe = probe
+        self.ratios: dict[int, float] = {}
+        self._served: list[int] = []  # the keys of `ratios`, in order
+
+    def observe(self, rows: int, seconds: float) -> None:
+        ratio = seconds / self.probe(rows)
+        before = self.ratios.get(rows)
+        if before is None:
+            bisect.insort(self._served, rows)
+            self.ratios[rows] = ratio
+        else:
+            self.ratios[rows] = before + _STEP_WEIGHT * (ratio - before)
+
+    def __call__(self, rows: int) -> float:
+        return self.probe(rows) * self._ratio(rows)
+
+    def _ratio(self, rows: int) -> float:
+        served = self._served
+        if not served:
+            return 1.0
+        i = bisect.bisect_left(served, rows)
+        if i < len(served) and served[i] == rows:
+            return self.ratios[rows]
+        if i == 0 or i == len(served):
+            return self.ratios[served[min(i, len(served) - 1)]]
+        low, high = served[i - 1], served[i]
+        low_ratio, high_ratio = self.ratios[low], self.ratios[high]
+        return low_ratio + (high_ratio - low_ratio) * (rows - low) / (high - low)
 
 
 @dataclass

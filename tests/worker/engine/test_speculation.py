@@ -1,11 +1,18 @@
-"""DecodeCost and DraftState: how many drafted tokens a measured step cost says to feed."""
+"""DecodeCost, ServedDecodeCost and DraftState: how many drafted tokens to feed, from the
+measured step cost and each sequence's acceptance."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from worker.engine.speculation import DecodeCost, DraftState, measure_decode_cost
+from worker.engine.speculation import (
+    DecodeCost,
+    DraftState,
+    ServedDecodeCost,
+    best_draft_rows,
+    measure_decode_cost,
+)
 from worker.model.batch import ForwardBatch
 
 # Shaped like a 2-core AVX2 CPU's step (ms): memory bound at one row, compute bound from ~4.
@@ -22,15 +29,37 @@ def test_interpolates_between_measured_rows_and_extrapolates_past_them():
 
 def test_one_sequence_drafts_likely_tokens_and_not_unlikely_ones():
     likely = [0.9**j for j in range(1, 9)]
-    assert CPU.best_draft_rows(1, likely) >= 4
-    assert CPU.best_draft_rows(1, [0.2, 0.04]) == 0
+    assert best_draft_rows(CPU, 1, likely) >= 4
+    assert best_draft_rows(CPU, 1, [0.2, 0.04]) == 0
 
 
 def test_a_compute_bound_batch_drafts_nothing_a_gpu_batch_drafts_everything():
     chances = [0.6**j for j in range(1, 5)] * 8
     chances.sort(reverse=True)
-    assert CPU.best_draft_rows(8, chances) == 0
-    assert GPU.best_draft_rows(8, chances) == len(chances)
+    assert best_draft_rows(CPU, 8, chances) == 0
+    assert best_draft_rows(GPU, 8, chances) == len(chances)
+
+
+def test_served_steps_correct_the_probe_at_their_row_counts_and_between_them():
+    served = ServedDecodeCost(CPU)
+    assert served(3) == CPU(3)  # nothing served yet: the probe's table
+    served.observe(1, 14.0)  # twice the probe
+    served.observe(8, 92.0)  # four times
+    assert served(1) == pytest.approx(14.0) and served(8) == pytest.approx(92.0)
+    assert served(4) == pytest.approx(CPU(4) * (2 + 2 * 3 / 7))  # ratios linear in between
+    assert served(16) == pytest.approx(CPU(16) * 4)  # past the last served: its ratio
+    served.observe(1, 7.0)  # back to the probe: the ratio moves by one step's weight
+    assert served(1) == pytest.approx(7.0 * 1.9)
+
+
+def test_served_steps_that_find_extra_rows_dear_turn_drafting_off():
+    served = ServedDecodeCost(CPU)
+    likely = [0.9**j for j in range(1, 9)]
+    assert best_draft_rows(served, 1, likely) >= 4
+    served.observe(1, 7.0)
+    for rows in range(2, 10):
+        served.observe(rows, 7.0 * rows)  # each row as dear as a whole step
+    assert best_draft_rows(served, 1, likely) == 0
 
 
 def test_needs_at_least_two_rising_row_counts():

@@ -170,3 +170,30 @@ def test_a_steps_events_of_one_choice_join_in_order_and_end_as_the_last():
     assert [lp.token_id for lp in both.logprobs] == [1, 2]
     assert both.finish_reason == FinishReason.STOP and both.stop == 2
     assert joined([first]) is first
+
+
+class RecordingCost:
+    """FREE_ROWS, writing down the rows and seconds of every decode step it is told of."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[int, float]] = []
+
+    def __call__(self, rows: int) -> float:
+        return FREE_ROWS(rows)
+
+    def observe(self, rows: int, seconds: float) -> None:
+        self.steps.append((rows, seconds))
+
+
+def test_every_decode_step_reports_its_rows_fed_and_its_time(
+    default_model_dir: Path, prompts: list[list[int]]
+):
+    cost = RecordingCost()
+    stack = run(default_model_dir, cost, prompts[:2], max_tokens=24)  # type: ignore[arg-type]
+    counters = stack.scheduler.counters
+    assert len(cost.steps) == counters.decode_steps
+    assert all(seconds > 0 for _, seconds in cost.steps)
+    # Each step feeds one row per decoding sequence (two at most) and its drafts.
+    assert counters.draft_tokens > 0
+    assert sum(rows for rows, _ in cost.steps) - counters.draft_tokens <= 2 * len(cost.steps)
+    assert max(rows for rows, _ in cost.steps) > 2
