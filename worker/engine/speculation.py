@@ -99,9 +99,9 @@ class ServedDecodeCost:
     2-core CPU, and a probe that a busy moment distorts would steer every later decision.
     Each served step moves its row count's ratio of served to probed seconds; a row count
     not served yet takes the ratios of the nearest served ones (linear in between), so the
-    probe's shape holds until served steps say otherwise. Row counts are served only where
-    drafts were fed, so a table too hopeful about extra rows corrects itself, and one too
-    wary keeps drafting off, the cheaper mistake.
+    probe's shape holds until served steps say otherwise. Rows beyond the running sequences
+    are served only where drafts are fed, so a table too hopeful about extra rows corrects
+    itself, and one too wary keeps drafting off, the cheaper mistake.
     """
 
     def __init__(self, probe: DecodeCost) -> None:
