@@ -5,7 +5,18 @@
 # About 15-20 minutes on 2 cores the first time; later calls print the cached path at once.
 set -euo pipefail
 version="${1:-0.3.36}"
-cache="${LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/astrai/llama.cpp}/$version"
+# llama.cpp's AMX kernels, compiled in wherever -march=native has AMX, die on their first
+# matmul in this version: SIGILL at a `tilezero` in tinygemm_kernel_amx<block_q8_1,
+# block_q4_1> (seen on a Sapphire Rapids VM whose AMX torch's oneDNN uses fine). On such a CPU
+# the build leaves AMX out; AVX-512 and VNNI stay, as in every other native build.
+flags=()
+variant="$version"
+if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+  no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+  flags=(-DCMAKE_C_FLAGS="$no_amx" -DCMAKE_CXX_FLAGS="$no_amx")
+  variant="$version-no-amx"
+fi
+cache="${LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/astrai/llama.cpp}/$variant"
 binary="$cache/build/bin/llama-server"
 if [ -x "$binary" ]; then
   echo "$binary"
@@ -23,6 +34,6 @@ fi
 # GGML_NATIVE: the kernels of the CPU this runs on (llama.cpp's own default build).
 cmake -S src/vendor/llama.cpp -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-  -DLLAMA_BUILD_SERVER=ON >&2
+  -DLLAMA_BUILD_SERVER=ON "${flags[@]}" >&2
 cmake --build build --target llama-server -j"$(nproc)" >&2
 echo "$binary"

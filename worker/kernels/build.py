@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 SOURCES = Path(__file__).parent / "csrc"
 LIBRARY_NAME = "libastrai_kernels.so"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-std=c++20", "-w")
+# ASTRAI_KERNEL_ISA=avx2 leaves out AVX-512 on a CPU that has it: the 16-lane kernels
+# (csrc/wide_kernels.h) against the 8-lane ones, on one machine.
+ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",)}
 
 
 class KernelBuildError(RuntimeError):
@@ -42,6 +45,13 @@ def _compiler() -> str | None:
         if candidate and shutil.which(candidate):
             return candidate
     return None
+
+
+def _flags() -> tuple[str, ...]:
+    isa = os.environ.get("ASTRAI_KERNEL_ISA", "native")
+    if isa not in ISA_FLAGS:
+        raise KernelBuildError(f"ASTRAI_KERNEL_ISA must be one of {sorted(ISA_FLAGS)}, got {isa!r}")
+    return FLAGS + ISA_FLAGS[isa]
 
 
 def _compiler_version(compiler: str) -> str:
@@ -57,7 +67,7 @@ def _torch_dirs() -> tuple[list[Path], Path]:
 def _build_key(compiler: str, sources: list[Path]) -> str:
     digest = hashlib.sha256()
     digest.update(f"{cpu_signature()}|{torch.__version__}|{_compiler_version(compiler)}".encode())
-    digest.update(" ".join(FLAGS).encode())
+    digest.update(" ".join(_flags()).encode())
     for source in sources:
         digest.update(source.name.encode())
         digest.update(source.read_bytes())
@@ -68,7 +78,7 @@ def _compile(compiler: str, sources: list[Path], target: Path) -> None:
     includes, lib_dir = _torch_dirs()
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
     python_include = sysconfig.get_paths()["include"]
-    common = [*FLAGS, abi, *(f"-I{d}" for d in includes), f"-I{python_include}"]
+    common = [*_flags(), abi, *(f"-I{d}" for d in includes), f"-I{python_include}"]
 
     def compile_one(source: Path) -> Path:
         obj = target.parent / f"{source.stem}.o"

@@ -26,10 +26,11 @@ def assert_matches(out: torch.Tensor, expected: torch.Tensor) -> None:
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5 * scale)
 
 
-# The direct kernel (panel_rows 0): rows 1-5 take every register tile (4, 3, 2, 1 rows), 70
-# spans two 64-row passes. The panel kernel (panel_rows 1): every remainder of 6-row tiles.
+# The direct kernel (panel_rows 0): rows 1-15 take every register tile (AVX2: 4, 3, 2, 1
+# rows; AVX-512: 8 down to 1), 70 spans two 64-row passes. The panel kernel (panel_rows 1):
+# every remainder of its 6-row (AVX2) or 12-row (AVX-512) tiles.
 @pytest.mark.parametrize("panel_rows", [0, 1])
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 8, 70])
+@pytest.mark.parametrize("rows", [*range(1, 16), 24, 70])
 @pytest.mark.parametrize("block_format", ["q4_1", "q8_0"])
 def test_matches_float64_on_the_weights_the_blocks_hold(
     rows: int, block_format: str, panel_rows: int

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "block_format.h"
+#include "wide_kernels.h"
 
 namespace astrai {
 
@@ -126,7 +127,7 @@ void panel_rows(const float* panel, int64_t inputs, const float* x, int64_t x_st
 template <bool kQ8>
 void panel_columns(const uint8_t* weights, int64_t tiles, int64_t blocks, int64_t tile,
                    const float* x, int64_t m, float* out, int64_t out_stride) {
-  alignas(32) float panel[kPanelBlocks * kBlock * kPanelWidth];
+  alignas(64) float panel[kPanelBlocks * kBlock * kPanelWidth];
   const int64_t run = blocks * record_bytes<kQ8>();
   const bool pair = tile + 1 < tiles;
   const int64_t k = blocks * kBlock;
@@ -137,7 +138,11 @@ void panel_columns(const uint8_t* weights, int64_t tiles, int64_t blocks, int64_
     const float* xs = x + block0 * kBlock;
     float* o = out + tile * kTile;
     if (pair) {
+#if defined(__AVX512F__)
+      panel_rows_wide(panel, count * kBlock, xs, k, m, o, out_stride, block0 > 0);
+#else
       panel_rows<2>(panel, count * kBlock, xs, k, m, o, out_stride, block0 > 0);
+#endif
     } else {
       panel_rows<1>(panel, count * kBlock, xs, k, m, o, out_stride, block0 > 0);
     }

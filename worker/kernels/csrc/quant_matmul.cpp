@@ -23,6 +23,7 @@
 #include "direct_kernel.h"
 #include "ops.h"
 #include "panel_kernel.h"
+#include "wide_kernels.h"
 #include "parallel.h"
 
 namespace astrai {
@@ -56,7 +57,11 @@ void direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int6
         float* o = out + t * kTile;
         const float* start = init == nullptr ? nullptr : init + t * kTile;
         if (width == 2 && t + 1 < tiles) {
+#if defined(__AVX512F__)
+          tile_rows_pair<kQ8>(w + t * run, run, rows, pass, end_row, blocks, o, start, stride);
+#else
           tile_rows<kQ8, 2>(w + t * run, run, rows, pass, end_row, blocks, o, start, stride);
+#endif
         } else {
           tile_rows<kQ8, 1>(w + t * run, run, rows, pass, end_row, blocks, o, start, stride);
         }
