@@ -28,20 +28,31 @@ def assert_matches(out: torch.Tensor, expected: torch.Tensor) -> None:
 
 # The direct kernel (panel_rows 0): rows 1-15 take every register tile (AVX2: 4, 3, 2, 1
 # rows; AVX-512: 8 down to 1), 70 spans two 64-row passes. The panel kernel (panel_rows 1):
-# every remainder of its 6-row (AVX2) or 12-row (AVX-512) tiles.
+# every remainder of its 6-row (AVX2) or 12-row (AVX-512) tiles. 20 outputs: 3 tiles, the
+# last partial (a pair and a lone tile); 36 and 44: a four-tile panel (AVX-512), then a lone
+# tile or a pair. 288 inputs: a second 256-input panel.
 @pytest.mark.parametrize("panel_rows", [0, 1])
 @pytest.mark.parametrize("rows", [*range(1, 16), 24, 70])
 @pytest.mark.parametrize("block_format", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("outputs", [20, 36, 44])
 def test_matches_float64_on_the_weights_the_blocks_hold(
-    rows: int, block_format: str, panel_rows: int
+    rows: int, block_format: str, panel_rows: int, outputs: int
 ):
-    # 20 outputs: 3 tiles, the last partial, and the panel kernel's lone tile; 288 inputs:
-    # a second 256-input panel.
-    weight = GRIDS[block_format](20, 288, seed=rows)
-    bias = torch.randn(20)
+    weight = GRIDS[block_format](outputs, 288, seed=rows)
+    bias = torch.randn(outputs)
     layer = BlockLinear(pack_blocks(weight, block_format), bias, block_format, panel_rows)
     x = torch.randn(rows, 288)
     assert_matches(layer(x), reference(x, weight, bias))
+
+
+# 2048 inputs: the AVX-512 panel kernel takes its rows in blocks of 120 (~1 MB of
+# activations), so 250 rows are three blocks, the last a partial 12-row tile.
+@pytest.mark.parametrize("block_format", ["q4_1", "q8_0"])
+def test_panel_kernel_rows_in_blocks_match_float64(block_format: str):
+    weight = GRIDS[block_format](40, 2048, seed=7)
+    layer = BlockLinear(pack_blocks(weight, block_format), None, block_format, 1)
+    x = torch.randn(250, 2048)
+    assert_matches(layer(x), reference(x, weight))
 
 
 # 16 outputs: the direct kernel starts its sums from the residual; 20 (a padded last tile): the

@@ -34,7 +34,7 @@ void tile(const uint8_t* records, int64_t run, const Rows& rows, int64_t row0, i
   const float* x[R];
   float* o[R];
   for (int r = 0; r < R; ++r) {
-    x[r] = rows.x.data() + (row0 + r) * rows.k;
+    x[r] = rows.x + (row0 + r) * rows.k;
     o[r] = out + (row0 + r) * out_stride;
     for (int n = 0; n < NT; ++n) {
       const __m256 start = init == nullptr ? _mm256_setzero_ps()
@@ -89,7 +89,7 @@ template <int R, bool kQ8>
 void tile_scalar(const uint8_t* records, const Rows& rows, int64_t row0, int64_t blocks,
                  float* out, const float* init, int64_t out_stride) {
   for (int r = 0; r < R; ++r) {
-    const float* x = rows.x.data() + (row0 + r) * rows.k;
+    const float* x = rows.x + (row0 + r) * rows.k;
     float acc[kTile] = {};
     if (init != nullptr) std::copy_n(init + (row0 + r) * out_stride, kTile, acc);
     for (int64_t b = 0; b < blocks; ++b) {

@@ -16,7 +16,6 @@
 #include <cstdint>
 
 #include "block_format.h"
-#include "wide_kernels.h"
 
 namespace astrai {
 
@@ -24,8 +23,9 @@ constexpr int64_t kPanelBlocks = 8;  // 256 inputs x 16 columns x 4 bytes = 16 K
 constexpr int64_t kPanelWidth = 2 * kTile;
 
 #if defined(__AVX2__)
-// Blocks [block0, block0 + count) of one tile's records → panel[input][column_offset + 0..8].
-template <bool kQ8>
+// Blocks [block0, block0 + count) of one tile's records → panel[input][column_offset + 0..8],
+// panel rows kWidth floats apart.
+template <bool kQ8, int64_t kWidth = kPanelWidth>
 void dequantize(const uint8_t* records, int64_t block0, int64_t count, float* panel,
                 int64_t column_offset) {
   for (int64_t b = 0; b < count; ++b) {
@@ -36,12 +36,12 @@ void dequantize(const uint8_t* records, int64_t block0, int64_t count, float* pa
       scale[t] = _mm256_mul_ps(d, _mm256_set1_ps(kQ8 ? 0x1p-24f : std::ldexp(1.0f, -8 * t)));
     }
     const __m256 m = kQ8 ? _mm256_setzero_ps() : load_halves(rec + 16);
-    float* out = panel + b * kBlock * kPanelWidth + column_offset;
+    float* out = panel + b * kBlock * kWidth + column_offset;
 #pragma GCC unroll 32
     for (int i = 0; i < kBlock; ++i) {
       __m256 w = _mm256_mul_ps(codes_of<kQ8>(rec, i), scale[i % 4]);
       if constexpr (!kQ8) w = _mm256_add_ps(w, m);
-      _mm256_store_ps(out + i * kPanelWidth, w);
+      _mm256_store_ps(out + i * kWidth, w);
     }
   }
 }
@@ -138,11 +138,7 @@ void panel_columns(const uint8_t* weights, int64_t tiles, int64_t blocks, int64_
     const float* xs = x + block0 * kBlock;
     float* o = out + tile * kTile;
     if (pair) {
-#if defined(__AVX512F__)
-      panel_rows_wide(panel, count * kBlock, xs, k, m, o, out_stride, block0 > 0);
-#else
       panel_rows<2>(panel, count * kBlock, xs, k, m, o, out_stride, block0 > 0);
-#endif
     } else {
       panel_rows<1>(panel, count * kBlock, xs, k, m, o, out_stride, block0 > 0);
     }

@@ -1,14 +1,11 @@
-// The block kernels' AVX-512 paths: two 8-column tiles in one 16-lane register.
+// The direct kernel's AVX-512 path: two 8-column tiles in one 16-lane register.
 //
 // Why: from two decoding rows on, the direct kernel is bound by its FMAs and the unpacking
 // around them (one and, one convert per input and tile), not by memory. With 16 lanes one
 // instruction of each kind covers a pair of tiles, so a pair costs half the instructions of
-// the AVX2 path; the panel kernel's FMAs likewise cover 16 columns each. Compiled only where
-// the build's -march=native has AVX-512 (worker/kernels/build.py); ASTRAI_KERNEL_ISA=avx2
-// builds without it, for comparison.
-//
-// Summation order per output is the AVX2 panel kernel's exactly (one chain over the inputs),
-// and the direct kernel's up to its number of chains, which depends on the register tile.
+// the AVX2 path. Compiled only where the build's -march=native has AVX-512
+// (worker/kernels/build.py); ASTRAI_KERNEL_ISA=avx2 builds without it, for comparison.
+// Summation order is the AVX2 path's up to the number of chains, which follows the tile.
 #pragma once
 
 #include <cstdint>
@@ -67,7 +64,7 @@ void tile_pair(const uint8_t* records, int64_t run, const Rows& rows, int64_t ro
   const float* x[R];
   float* o[R];
   for (int r = 0; r < R; ++r) {
-    x[r] = rows.x.data() + (row0 + r) * rows.k;
+    x[r] = rows.x + (row0 + r) * rows.k;
     o[r] = out + (row0 + r) * out_stride;
     const __m512 start = init == nullptr ? _mm512_setzero_ps()
                                          : _mm512_loadu_ps(init + (row0 + r) * out_stride);
@@ -123,51 +120,6 @@ void tile_rows_pair(const uint8_t* records, int64_t run, const Rows& rows, int64
   }
 }
 
-// The panel kernel's micro-kernel with one 16-lane register per row and input: out[0 .. R,
-// 0 .. 16] (+)= x[0 .. R, inputs] @ panel[inputs, 0 .. 16] (panel rows 16 floats apart).
-template <int R>
-void panel_tile_wide(const float* panel, int64_t inputs, const float* x, int64_t x_stride,
-                     float* out, int64_t out_stride, bool accumulate) {
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r)
-    acc[r] = accumulate ? _mm512_loadu_ps(out + r * out_stride) : _mm512_setzero_ps();
-  for (int64_t i = 0; i < inputs; ++i) {
-    const __m512 w = _mm512_load_ps(panel + i * 16);
-#pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      acc[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[r * x_stride + i]), acc[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * out_stride, acc[r]);
-}
-
-// Every row of x against a 16-column panel: 12-row tiles (12 accumulators cover the FMA
-// latency on two ports), then the rest.
-inline void panel_rows_wide(const float* panel, int64_t inputs, const float* x, int64_t x_stride,
-                            int64_t rows, float* out, int64_t out_stride, bool accumulate) {
-  constexpr int kRows = 12;
-  int64_t r = 0;
-  for (; r + kRows <= rows; r += kRows) {
-    panel_tile_wide<kRows>(panel, inputs, x + r * x_stride, x_stride, out + r * out_stride,
-                           out_stride, accumulate);
-  }
-  const float* xr = x + r * x_stride;
-  float* o = out + r * out_stride;
-  switch (rows - r) {
-    case 11: panel_tile_wide<11>(panel, inputs, xr, x_stride, o, out_stride, accumulate); break;
-    case 10: panel_tile_wide<10>(panel, inputs, xr, x_stride, o, out_stride, accumulate); break;
-    case 9: panel_tile_wide<9>(panel, inputs, xr, x_stride, o, out_stride, accumulate); break;
-    case 8: panel_tile_wide<8>(panel, inputs, xr, x_stride, o, out_stride, accumulate); break;
-    case 7: panel_tile_wide<7>(panel, inputs, xr, x_stride, o, out_stride, accumulate); break;
-    case 6: panel_tile_wide<6>(panel, inputs, xr, x_stride, o, out_stride, accumulate); break;
-    case 5: panel_tile_wide<5>(panel, inputs, xr, x_stride, o, out_stride, accumulate); break;
-    case 4: panel_tile_wide<4>(panel, inputs, xr, x_stride, o, out_stride, accumulate); break;
-    case 3: panel_tile_wide<3>(panel, inputs, xr, x_stride, o, out_stride, accumulate); break;
-    case 2: panel_tile_wide<2>(panel, inputs, xr, x_stride, o, out_stride, accumulate); break;
-    case 1: panel_tile_wide<1>(panel, inputs, xr, x_stride, o, out_stride, accumulate); break;
-    default: break;
-  }
-}
 #endif
 
 }  // namespace astrai
