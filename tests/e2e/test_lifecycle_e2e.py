@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -16,7 +17,9 @@ from tests.e2e.harness import Server, wait_until
 
 pytestmark = pytest.mark.slow  # real processes (`astrai serve` and more)
 
-LONG = {"max_tokens": 400, "temperature": 0, "ignore_eos": True, "stream": True}
+# Sampled, not greedy: the random model's greedy text repeats itself, so drafted tokens come
+# several a step and a whole reply can end before a client's disconnect reaches the worker.
+LONG = {"max_tokens": 400, "temperature": 1.0, "seed": 1, "ignore_eos": True, "stream": True}
 
 
 def pages_and_tasks(server: Server) -> tuple[int, int]:
@@ -61,15 +64,24 @@ def test_anthropic_stream_disconnect_frees_pages(tiny_server: Server):
 
 
 def test_non_stream_disconnect_frees_pages(tiny_server: Server):
+    # 960 tokens: the longest reply the tiny model's 1,024 positions leave room for.
     body = {"messages": [{"role": "user", "content": "Go."}], **LONG, "stream": False}
-    body["max_tokens"] = 480
+    body["max_tokens"] = 960
     tokens_before = tiny_server.stats()["total_tokens"]
-    with pytest.raises(httpx.TimeoutException):  # the client gives up and closes
-        httpx.post(f"{tiny_server.url}/v1/chat/completions", json=body, timeout=0.3)
+    payload = json.dumps(body).encode()
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+    )
+    # The client closes the connection while its request runs, before any response: not
+    # after a client timeout, which a fast enough CPU outran (the whole reply came first).
+    with socket.create_connection(("127.0.0.1", tiny_server.port), timeout=10) as client:
+        client.sendall(head.encode() + payload)
+        assert wait_until(lambda: pages_and_tasks(tiny_server)[1] > 0, 10)
     assert wait_until(lambda: pages_and_tasks(tiny_server) == (0, 0), 15)
-    # Aborted, not run to its end: fewer than its 480 tokens were generated.
+    # Aborted, not run to its end: fewer than its 960 tokens were generated.
     assert wait_until(lambda: tiny_server.stats()["total_tokens"] > tokens_before, 5)
-    assert tiny_server.stats()["total_tokens"] - tokens_before < 480
+    assert tiny_server.stats()["total_tokens"] - tokens_before < 960
 
 
 def test_sigterm_stops_every_child(tiny_model_dir: Path):

@@ -44,6 +44,23 @@ inline __m256 load8(const c10::Half* p) {
 }
 #endif
 
+#if defined(__AVX512F__)
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const c10::Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// The four sums of a, b, c, d (16 lanes each) in one 4-lane vector: halves folded first.
+inline __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const auto fold = [](__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  };
+  const __m256 pairs = _mm256_hadd_ps(_mm256_hadd_ps(fold(a), fold(b)),
+                                      _mm256_hadd_ps(fold(c), fold(d)));
+  return _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1));
+}
+#endif
+
 // x (D,) rotated by the angles of one position, rotate-half convention, into out (D,).
 template <typename T>
 void rope(const float* x, const float* cos, const float* sin, int64_t dim, T* out) {
@@ -75,6 +92,32 @@ template <int G, typename T>
 void group_scores(const float* q, const T* k_head, const int64_t* rows, int64_t n,
                   int64_t row_stride, int64_t dim, float scale, float* scores, int64_t keys) {
   int64_t t = 0;
+#if defined(__AVX512F__)
+  // As below, 16 dimensions an instruction (the 32 registers hold G x 4 sums and 4 keys).
+  if (dim % 16 == 0) {
+    for (; t + 4 <= n; t += 4) {
+      const T* k[4];
+      __m512 acc[G][4];
+      for (int j = 0; j < 4; ++j) {
+        k[j] = k_head + rows[t + j] * row_stride;
+        for (int h = 0; h < G; ++h) acc[h][j] = _mm512_setzero_ps();
+        if (t + j + kAhead < n) prefetch_row(k_head + rows[t + j + kAhead] * row_stride, dim);
+      }
+      for (int64_t d = 0; d < dim; d += 16) {
+        __m512 kd[4];
+        for (int j = 0; j < 4; ++j) kd[j] = load16(k[j] + d);
+        for (int h = 0; h < G; ++h) {
+          const __m512 qd = _mm512_loadu_ps(q + h * dim + d);
+          for (int j = 0; j < 4; ++j) acc[h][j] = _mm512_fmadd_ps(qd, kd[j], acc[h][j]);
+        }
+      }
+      for (int h = 0; h < G; ++h) {
+        const __m128 four = sum4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+        _mm_storeu_ps(scores + h * keys + t, _mm_mul_ps(four, _mm_set1_ps(scale)));
+      }
+    }
+  }
+#endif
 #if defined(__AVX2__)
   if (dim % 8 == 0) {
     // Four keys at a time share each load of q, and one horizontal reduction gives all four
@@ -166,6 +209,34 @@ void weighted_columns(const T* v_head, const int64_t* rows, const float* weights
 }
 #endif
 
+#if defined(__AVX512F__)
+// weighted_columns with 16 lanes: out[h][0, 16V) for G heads, the same sums in the same order.
+template <int G, int V, typename T>
+void weighted_columns_wide(const T* v_head, const int64_t* rows, const float* weights, int64_t n,
+                           int64_t keys, int64_t row_stride, const float* inv, float* out,
+                           int64_t dim) {
+  __m512 acc[G][V];
+  for (int h = 0; h < G; ++h)
+    for (int j = 0; j < V; ++j) acc[h][j] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < n; ++t) {
+    const T* v = v_head + rows[t] * row_stride;
+    if (t + kAhead < n) prefetch_row(v_head + rows[t + kAhead] * row_stride, 16 * V);
+    __m512 vt[V];
+    for (int j = 0; j < V; ++j) vt[j] = load16(v + 16 * j);
+    for (int h = 0; h < G; ++h) {
+      const __m512 w = _mm512_set1_ps(weights[h * keys + t]);
+      for (int j = 0; j < V; ++j) acc[h][j] = _mm512_fmadd_ps(w, vt[j], acc[h][j]);
+    }
+  }
+  for (int h = 0; h < G; ++h) {
+    const __m512 scale = _mm512_set1_ps(inv[h]);
+    for (int j = 0; j < V; ++j) {
+      _mm512_storeu_ps(out + h * dim + 16 * j, _mm512_mul_ps(acc[h][j], scale));
+    }
+  }
+}
+#endif
+
 // out[h] (D,) = sum_t weights[h][t] * v_cache[rows[t], head] / totals[h] for G heads. Each
 // output is summed over t in order, so the column width per pass does not change it.
 template <int G, typename T>
@@ -174,6 +245,15 @@ void group_values(const T* v_head, const int64_t* rows, const float* weights, in
   float inv[G];
   for (int h = 0; h < G; ++h) inv[h] = 1.0f / totals[h];
   int64_t d = 0;
+#if defined(__AVX512F__)
+  // 64 columns a pass (a 64-dim head in one pass over its rows: G x 4 sums, 4 value vectors).
+  for (; d + 64 <= dim; d += 64) {
+    weighted_columns_wide<G, 4>(v_head + d, rows, weights, n, keys, row_stride, inv, out + d, dim);
+  }
+  for (; d + 16 <= dim; d += 16) {
+    weighted_columns_wide<G, 1>(v_head + d, rows, weights, n, keys, row_stride, inv, out + d, dim);
+  }
+#endif
 #if defined(__AVX2__)
   // As many columns per pass as keep G x V sums and V value vectors in the 16 registers.
   constexpr int kWide = G == 1 ? 8 : G == 2 ? 4 : 2;
