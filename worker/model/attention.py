@@ -34,16 +34,26 @@ class Attention(nn.Module):
         batch: ForwardBatch,
         kv: LayerKV,
     ) -> torch.Tensor:
-        n = x.shape[0]
+        return self.o_proj(self.attend(self.qkv_proj(x), cos, sin, batch, kv))
+
+    def attend(
+        self,
+        qkv: torch.Tensor,  # (N, (H + 2 KVH) * D): the projected q, k and v
+        cos: torch.Tensor,  # (N, 1, D)
+        sin: torch.Tensor,  # (N, 1, D)
+        batch: ForwardBatch,
+        kv: LayerKV,
+    ) -> torch.Tensor:
+        """(N, H * D): RoPE, the step's k/v written into the cache, attention; no o_proj."""
+        n = qkv.shape[0]
         h, kvh = self.num_heads, self.num_kv_heads
-        qkv = self.qkv_proj(x).view(n, h + 2 * kvh, self.head_dim)
+        qkv = qkv.view(n, h + 2 * kvh, self.head_dim)
         qk = apply_rope(qkv[:, : h + kvh], cos, sin)  # (N, H + KVH, D), RoPE before the write
         q, k, v = qk[:, :h], qk[:, h:], qkv[:, h + kvh :]
         k_cache, v_cache = kv
         k_cache.index_copy_(0, batch.write_slots, k.to(k_cache.dtype))
         v_cache.index_copy_(0, batch.write_slots, v.to(v_cache.dtype))
-        out = self._attend(q, k_cache, v_cache, batch)  # (N, H * D)
-        return self.o_proj(out)
+        return self._attend(q, k_cache, v_cache, batch)
 
     def _attend(
         self,

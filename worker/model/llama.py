@@ -16,6 +16,7 @@ from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.block_linear import BlockLinear
 from worker.model.config import ModelConfig
 from worker.model.linear import PackedLinear
+from worker.model.native_prefill import prefill_block
 from worker.model.packing import LINEAR_PATHS, block_linear, check_quantization, pack_linear
 from worker.model.rope import rope_tables
 
@@ -118,8 +119,13 @@ class LlamaModel(nn.Module):
         x = self.embed_tokens(input_ids).float()  # (N, hidden)
         cos = self.rope_cos[batch.positions].to(self.dtype).unsqueeze(1)  # (N, 1, D)
         sin = self.rope_sin[batch.positions].to(self.dtype).unsqueeze(1)
+        fused = self.stacked_blocks is not None  # every layer Q4_1 blocks: norms fused in
         for layer, kv in zip(self.layers, kv_layers, strict=True):
-            x = layer(x, cos, sin, batch, kv)
+            x = (
+                prefill_block(layer, x, cos, sin, batch, kv)
+                if fused
+                else layer(x, cos, sin, batch, kv)
+            )
         return self._logits(x.index_select(0, batch.logits_index))
 
     def pack_for_inference(

@@ -95,7 +95,7 @@ def _block(
     rope: tuple[torch.Tensor, torch.Tensor],
 ) -> torch.Tensor:
     attn, mlp = layer.self_attn, layer.mlp
-    qkv = _linear(attn.qkv_proj, x, norm=layer.input_layernorm)
+    qkv = fused_linear(attn.qkv_proj, x, norm=layer.input_layernorm)
     k_cache, v_cache = kv
     heads = torch.ops.astrai.decode_attention(
         qkv,
@@ -109,12 +109,12 @@ def _block(
         attn.num_kv_heads,
         attn.window,
     )
-    x = _linear(attn.o_proj, heads, residual=x)
-    gate_up = _linear(mlp.gate_up_proj, x, norm=layer.post_attention_layernorm)
-    return _linear(mlp.down_proj, gate_up, residual=x, gated=True)
+    x = fused_linear(attn.o_proj, heads, residual=x)
+    gate_up = fused_linear(mlp.gate_up_proj, x, norm=layer.post_attention_layernorm)
+    return fused_linear(mlp.down_proj, gate_up, residual=x, gated=True)
 
 
-def _linear(
+def fused_linear(
     linear: nn.Module,
     x: torch.Tensor,
     *,
