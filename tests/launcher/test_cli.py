@@ -106,7 +106,7 @@ def test_flags_and_defaults_kept_from_before():
     assert (serve["header_timeout_s"], serve["body_timeout_s"]) == (10.0, 30.0)
     assert (serve["device"], serve["dtype"], serve["quantization"]) == ("cpu", "auto", "auto")
     assert (serve["kv_cache_mb"], serve["max_seqs"], serve["max_model_len"]) == (1024, 64, None)
-    assert (serve["prefill_token_budget"], serve["enable_prefix_caching"]) == (512, True)
+    assert (serve["prefill_token_budget"], serve["enable_prefix_caching"]) == (256, True)
     assert (serve["compile"], serve["console"], serve["cors_origins"]) == (False, True, [])
     assert "num_threads" not in serve and "health_port" not in serve
     worker = vars(parser.parse_args(["worker"]))

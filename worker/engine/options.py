@@ -45,7 +45,7 @@ class EngineOptions:
         default=None, metadata=option("context length in tokens (default: the model's)")
     )
     prefill_token_budget: int = field(
-        default=512, metadata=option("prompt tokens prefilled per scheduler step at most")
+        default=256, metadata=option("prompt tokens prefilled per scheduler step at most")
     )
     enable_prefix_caching: bool = field(
         default=True,
