@@ -1,6 +1,6 @@
 """Per-request figures in arrival order: W2 TTFT by wave (engine), ITL per request (a server).
 
-python -m bench.request_trace w2-waves
+python -m bench.request_trace w2-waves [--prefill-token-budget N]
 python -m bench.request_trace server-itl --url http://127.0.0.1:8200 --requests 10
 """
 
@@ -18,14 +18,18 @@ from worker.engine.inference_engine import InferenceEngine
 from worker.engine.sequence import TokenEvent
 
 
-def w2_waves(concurrency: int = 32, num_requests: int = 64) -> list[float]:
-    """TTFT of each W2 request in submission order, closed loop at `concurrency`."""
+def w2_waves(
+    concurrency: int = 32, num_requests: int = 64, prefill_token_budget: int | None = None
+) -> list[float]:
+    """TTFT of each W2 request in submission order, closed loop at `concurrency`; the
+    engine's defaults, or the given prefill token budget."""
     workload = w2()
     params = SamplingParams(temperature=0, max_tokens=workload.max_tokens, ignore_eos=True)
     events: queue.Queue[TokenEvent] = queue.Queue()
     submitted: dict[str, float] = {}
     first: dict[str, float] = {}
-    with InferenceEngine() as engine:
+    options = {} if prefill_token_budget is None else {"prefill_token_budget": prefill_token_budget}
+    with InferenceEngine(**options) as engine:
         engine.generate("Hi", temperature=0, max_tokens=4)  # warm-up
         conversations = workload.conversations[:num_requests]
 
@@ -60,9 +64,10 @@ def main() -> None:
     parser.add_argument("what", choices=("w2-waves", "server-itl"))
     parser.add_argument("--url")
     parser.add_argument("--requests", type=int, default=10)
+    parser.add_argument("--prefill-token-budget", type=int, default=None, help="w2-waves only")
     args = parser.parse_args()
     if args.what == "w2-waves":
-        ttfts = w2_waves()
+        ttfts = w2_waves(prefill_token_budget=args.prefill_token_budget)
         half = len(ttfts) // 2
         first, second = statistics.mean(ttfts[:half]), statistics.mean(ttfts[half:])
         mean = statistics.mean(ttfts)
