@@ -32,7 +32,7 @@ SOURCES = Path(__file__).parent / "csrc"
 LIBRARY_NAME = "libastrai_kernels.so"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-std=c++20", "-w")
 # ASTRAI_KERNEL_ISA=avx2 leaves out AVX-512 on a CPU that has it: the 16-lane kernels
-# (csrc/wide_kernels.h) against the 8-lane ones, on one machine.
+# (csrc/wide_direct_kernel.h, wide_panel_kernel.h) against the 8-lane ones, on one machine.
 ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",)}
 
 

@@ -9,7 +9,7 @@ into a float32 or float16 cache on the CPU; everything else takes the reference 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -94,22 +94,34 @@ def _block(
     kv: LayerKV,
     rope: tuple[torch.Tensor, torch.Tensor],
 ) -> torch.Tensor:
+    attn = layer.self_attn
+    k_cache, v_cache = kv
+
+    def attend(qkv: torch.Tensor) -> torch.Tensor:
+        return torch.ops.astrai.decode_attention(
+            qkv,
+            batch.positions,
+            *rope,
+            k_cache,
+            v_cache,
+            batch.write_slots,
+            batch.read_slots,
+            attn.num_heads,
+            attn.num_kv_heads,
+            attn.window,
+        )
+
+    return fused_layer(layer, x, attend)
+
+
+def fused_layer(
+    layer: Block, x: torch.Tensor, attend: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """One decoder layer over the residual stream x (N, hidden) float32, its norms, SwiGLU and
+    residual adds fused into the linear layers; `attend` maps the projected qkv to the heads."""
     attn, mlp = layer.self_attn, layer.mlp
     qkv = fused_linear(attn.qkv_proj, x, norm=layer.input_layernorm)
-    k_cache, v_cache = kv
-    heads = torch.ops.astrai.decode_attention(
-        qkv,
-        batch.positions,
-        *rope,
-        k_cache,
-        v_cache,
-        batch.write_slots,
-        batch.read_slots,
-        attn.num_heads,
-        attn.num_kv_heads,
-        attn.window,
-    )
-    x = fused_linear(attn.o_proj, heads, residual=x)
+    x = fused_linear(attn.o_proj, attend(qkv), residual=x)
     gate_up = fused_linear(mlp.gate_up_proj, x, norm=layer.post_attention_layernorm)
     return fused_linear(mlp.down_proj, gate_up, residual=x, gated=True)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from worker.model.batch import ForwardBatch, LayerKV
-from worker.model.native_decode import fused_linear
+from worker.model.native_decode import fused_layer
 
 if TYPE_CHECKING:
     from worker.model.llama import Block
@@ -31,8 +31,4 @@ def prefill_block(
     kv: LayerKV,
 ) -> torch.Tensor:
     """The layer's output (N, hidden), as Block.forward computes it."""
-    attn, mlp = layer.self_attn, layer.mlp
-    qkv = fused_linear(attn.qkv_proj, x, norm=layer.input_layernorm)
-    x = fused_linear(attn.o_proj, attn.attend(qkv, cos, sin, batch, kv), residual=x)
-    gate_up = fused_linear(mlp.gate_up_proj, x, norm=layer.post_attention_layernorm)
-    return fused_linear(mlp.down_proj, gate_up, residual=x, gated=True)
+    return fused_layer(layer, x, lambda qkv: layer.self_attn.attend(qkv, cos, sin, batch, kv))

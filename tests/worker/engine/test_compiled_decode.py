@@ -26,8 +26,12 @@ def greedy(engine: InferenceEngine) -> tuple[str, list[str]]:
 def test_compiled_decode_matches_eager_on_one_and_several_sequences(tiny_model_dir: Path):
     # No drafted rows: whether a step feeds guesses follows this CPU's measured step costs,
     # and with them the three sequences' steps have 4-8 rows instead of 3.
-    options = {"dtype": "bfloat16", "quantization": "int4", "kv_cache_mb": 16}
-    options["speculative_tokens"] = 0
+    options = {
+        "dtype": "bfloat16",
+        "quantization": "int4",
+        "kv_cache_mb": 16,
+        "speculative_tokens": 0,
+    }
     with InferenceEngine(tiny_model_dir, **options) as eager:
         expected = greedy(eager)
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]

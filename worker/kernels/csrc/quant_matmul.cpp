@@ -81,7 +81,7 @@ void panel(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int64
 #if defined(__AVX512F__)
   // Four tiles a panel (wide_panel_kernel.h), the last one to three tiles in pairs below.
   const int64_t quads = tiles / kQuadTiles;
-  const float* packed = interleave_rows(rows.x, m, k);
+  const float* packed = quads > 0 ? interleave_rows(rows.x, m, k) : nullptr;
   // Every panel reads all of its rows' activations; rows in blocks of ~1 MB keep them in L2
   // however long the chunk. (At 512 rows, 3 MB for the MLP's down projection, it measured
   // neither faster nor slower on a 2 MB-L2 Xeon: its prefetchers kept up from L3.)
