@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from worker.engine.options import EngineOptions
-from worker.kernels.build import native_kernels_available
+from worker.kernels.build import kernel_isa
 from worker.kernels.plan import KernelPlan, kernel_plan
 from worker.machine.cpu_info import describe as describe_cpu
 from worker.model.precision import resolve_dtype, resolve_quantization
@@ -44,6 +44,7 @@ class MachineChoices:
             "int4": "int4 (torch's kernel)",
             "int8": "int8 W8A8",
         }[self.quantization]
-        native = "native kernels built for it" if native_kernels_available() else "torch's kernels"
+        isa = kernel_isa()
+        native = f"native kernels built for it ({isa})" if isa else "torch's kernels"
         plan = f"; {self.plan.describe()}" if self.plan is not None else ""
         return f"CPU {describe_cpu()}: {weights}, {native}{plan}"

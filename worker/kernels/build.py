@@ -31,9 +31,11 @@ log = logging.getLogger(__name__)
 SOURCES = Path(__file__).parent / "csrc"
 LIBRARY_NAME = "libastrai_kernels.so"
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-std=c++20", "-w")
-# ASTRAI_KERNEL_ISA=avx2 leaves out AVX-512 on a CPU that has it: the 16-lane kernels
-# (csrc/wide_direct_kernel.h, wide_panel_kernel.h) against the 8-lane ones, on one machine.
-ISA_FLAGS = {"native": (), "avx2": ("-mno-avx512f",)}
+# ASTRAI_KERNEL_ISA=avx2 leaves out AVX-512 (and with it AMX) on a CPU that has it: the
+# 16-lane kernels (csrc/wide_direct_kernel.h, wide_panel_kernel.h) against the 8-lane ones,
+# on one machine; =avx512 leaves out AMX (csrc/amx_panel_kernel.h).
+_NO_AMX = ("-mno-amx-tile", "-mno-amx-bf16", "-mno-amx-int8")
+ISA_FLAGS = {"native": (), "avx512": _NO_AMX, "avx2": ("-mno-avx512f", *_NO_AMX)}
 
 
 class KernelBuildError(RuntimeError):
@@ -150,11 +152,19 @@ def native_kernels_available() -> bool:
     return True
 
 
+def kernel_isa() -> str | None:
+    """Which instructions the block kernels run on here ("AVX-512", "AMX tiles ..."), or None
+    without native kernels: compiled in by -march=native and, for AMX, granted by Linux."""
+    if not native_kernels_available():
+        return None
+    return str(torch.ops.astrai.block_kernel_isa())
+
+
 def main() -> None:
     """`python -m worker.kernels.build`: build now (make install does), say what happened."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if native_kernels_available():
-        print(f"native CPU kernels ready: {build_library()}")
+        print(f"native CPU kernels ready ({kernel_isa()}): {build_library()}")
     else:
         print("native CPU kernels unavailable here; the engine will use torch's kernels")
 

@@ -9,6 +9,7 @@ import torch
 
 from tests.worker.model_factory import hf_model, save_hf
 from tests.worker.native import needs_native_kernels
+from worker.kernels.build import kernel_isa
 from worker.kernels.layout import pack_q4_1
 from worker.model import precision
 from worker.model.block_linear import BlockLinear
@@ -101,5 +102,6 @@ def test_the_engine_says_at_startup_what_this_cpu_got(tmp_path, caplog):
         assert engine.quantization == "q4_1"
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("CPU ")]
     assert "the file's own Q4_1 codes" in line and "native kernels built for it" in line
+    assert kernel_isa() in line
     assert "block panel kernel" in line and "float32 layers as" in line
     assert all(flag in line for flag in kernel_flags())

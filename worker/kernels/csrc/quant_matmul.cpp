@@ -17,8 +17,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "activations.h"
+#include "amx_panel_kernel.h"
 #include "block_format.h"
 #include "direct_kernel.h"
 #include "ops.h"
@@ -112,6 +114,42 @@ void panel(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int64
 }
 #endif
 
+#if defined(ASTRAI_AMX)
+// The panel path on AMX (amx_panel_kernel.h), Q4_1: tiles in fours, the last one to three on
+// the float32 panel kernel in pairs.
+void amx_panel(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int64_t tiles,
+               int64_t blocks, float* out) {
+  const int64_t m = input.size(0), k = blocks * kBlock, stride = tiles * kTile;
+  const Rows rows = prepare_rows(input.data_ptr<float>(), m, k, false, pro, false);
+  const SplitRows split = split_rows(rows.x, m, k);
+  const int64_t quads = tiles / 4, first_pair = 4 * quads;
+  // Rows in blocks of ~1 MB of parts (6 bytes an input), so that they stay in L2 while every
+  // group of columns passes over them.
+  const int64_t unit = 2 * kAmxRows;
+  const int64_t row_block = std::max<int64_t>(unit, (1 << 20) / (6 * k) / unit * unit);
+  const int64_t row_blocks = (m + row_block - 1) / row_block;
+  // Groups as wide as kAmxMaxQuads, but at least ~4 per thread to share the work evenly.
+  const int64_t wanted = std::max<int64_t>(1, 4 * at::get_num_threads() / row_blocks);
+  const int64_t width = std::clamp<int64_t>(quads / wanted, 1, kAmxMaxQuads);
+  const int64_t amx_groups = (quads + width - 1) / width;
+  const int64_t groups = amx_groups + (tiles - first_pair + 1) / 2;
+  parallel_chunks(row_blocks * groups, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t row0 = item / groups * row_block, g = item % groups;
+      const int64_t count = std::min(row_block, m - row0);
+      if (g < amx_groups) {
+        const int64_t quad0 = g * width;
+        amx_columns(w, blocks, quad0, std::min(width, quads - quad0), split, row0, count, m, out,
+                    stride);
+      } else {
+        panel_columns<false>(w, tiles, blocks, first_pair + 2 * (g - amx_groups),
+                             rows.x + row0 * k, count, out + row0 * stride, stride);
+      }
+    }
+  });
+}
+#endif
+
 }  // namespace
 
 template <bool kQ8>
@@ -155,7 +193,15 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
 #if defined(__AVX2__)
     const float* start = init.defined() ? init.data_ptr<float>() : nullptr;
     if (!direct_path) {
+#if defined(ASTRAI_AMX)
+      if (!kQ8 && tiles >= 4 && amx_ready()) {
+        amx_panel(input, pro, w, tiles, blocks, o);
+      } else {
+        panel<kQ8>(input, pro, w, tiles, blocks, o);
+      }
+#else
       panel<kQ8>(input, pro, w, tiles, blocks, o);
+#endif
     } else {
       direct<kQ8>(input, pro, w, tiles, blocks, o, start);
     }
@@ -181,7 +227,22 @@ template at::Tensor block_linear<true>(const at::Tensor&, const at::Tensor&, int
 // out = prologue(x) @ weight.T (+ bias) (+ residual), prologue = [silu(gate) * up] then
 // [RMSNorm(norm_weight, eps)]: a decoder layer's norm, gate and residual add, fused.
 // panel_rows: from this many rows on, the panel kernel (0: never).
+// Which instructions the block kernels run on here, for the startup log.
+std::string block_kernel_isa() {
+#if defined(ASTRAI_AMX)
+  if (amx_ready()) return "AMX tiles (many rows), AVX-512";
+#endif
+#if defined(__AVX512F__)
+  return "AVX-512";
+#elif defined(__AVX2__)
+  return "AVX2";
+#else
+  return "scalar";
+#endif
+}
+
 TORCH_LIBRARY_FRAGMENT(astrai, m) {
+  m.def("block_kernel_isa() -> str", &block_kernel_isa);
   m.def(
       "q4_1_linear(Tensor x, Tensor weight, int out_features, Tensor? bias, Tensor? residual, "
       "Tensor? norm_weight, float eps, bool gated, int panel_rows) -> Tensor");
