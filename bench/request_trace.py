@@ -1,6 +1,8 @@
-"""Per-request figures in arrival order: W2 TTFT by wave (engine), ITL per request (a server).
+"""Per-request figures in arrival order: W2 TTFT by wave (engine, or `astrai serve` over
+HTTP), ITL per request (a server).
 
 python -m bench.request_trace w2-waves [--prefill-token-budget N]
+python -m bench.request_trace w2-http [--serve-arg=--speculative-tokens --serve-arg=0]
 python -m bench.request_trace server-itl --url http://127.0.0.1:8200 --requests 10
 """
 
@@ -12,6 +14,8 @@ import statistics
 import time
 
 from bench.loadgen import LoadSpec, drive_load
+from bench.measure import run_http
+from bench.server import Server
 from bench.workloads import w1, w2
 from common.sampling_params import SamplingParams
 from worker.engine.inference_engine import InferenceEngine
@@ -52,6 +56,24 @@ def w2_waves(
     return [first[f"r{i}"] - submitted[f"r{i}"] for i in range(len(conversations))]
 
 
+def w2_http(
+    serve_args: list[str], concurrency: int = 32, num_requests: int = 64
+) -> list[tuple[float, float]]:
+    """(start s, TTFT s) of each W2 request, in order of start, through a fresh `astrai serve`
+    (with `serve_args`) over HTTP, as `make bench` runs W2: once, its shared prompt cold."""
+    server = Server("serve", *serve_args).wait_ready(timeout_s=600)
+    try:
+        run_http(w1(), 1, 2, "warmup", server)
+        workload = w2()
+        spec = LoadSpec(url=server.url, max_tokens=workload.max_tokens, ignore_eos=True)
+        records, _ = drive_load(
+            spec, workload.conversations[:num_requests], concurrency=concurrency
+        )
+    finally:
+        server.stop()
+    return sorted((r.start, r.ttft or 0.0) for r in records)
+
+
 def server_itl(url: str, num_requests: int) -> list[tuple[int, float, float]]:
     """(tokens, TTFT s, ITL p50 s) of W1 requests sent one after the other to `url`."""
     spec = LoadSpec(url=url, max_tokens=128, ignore_eos=True)
@@ -61,11 +83,20 @@ def server_itl(url: str, num_requests: int) -> list[tuple[int, float, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("what", choices=("w2-waves", "server-itl"))
+    parser.add_argument("what", choices=("w2-waves", "w2-http", "server-itl"))
     parser.add_argument("--url")
     parser.add_argument("--requests", type=int, default=10)
     parser.add_argument("--prefill-token-budget", type=int, default=None, help="w2-waves only")
+    parser.add_argument(
+        "--serve-arg", action="append", default=[], help="w2-http: an `astrai serve` argument"
+    )
     args = parser.parse_args()
+    if args.what == "w2-http":
+        starts = w2_http(args.serve_arg)
+        ttfts = [ttft for _, ttft in starts]
+        print(f"mean TTFT {statistics.mean(ttfts):.3f} s over {len(ttfts)} requests")
+        print(" ".join(f"{start:.2f}/{ttft:.2f}" for start, ttft in starts))
+        return
     if args.what == "w2-waves":
         ttfts = w2_waves(prefill_token_budget=args.prefill_token_budget)
         half = len(ttfts) // 2

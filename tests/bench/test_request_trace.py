@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.request_trace import server_itl
+from pathlib import Path
+
+from bench.request_trace import server_itl, w2_http
 from tests.e2e.harness import Server
 
 pytestmark = pytest.mark.slow  # a real `astrai serve`
@@ -16,3 +18,13 @@ def test_server_itl_reports_each_request_in_order(tiny_server: Server):
     for tokens, ttft, itl in rows:
         assert tokens == 128  # W1 lengths, EOS ignored
         assert 0 < ttft < 30 and 0 < itl < 5
+
+
+def test_w2_http_starts_its_own_server_and_reports_every_request_by_start(tiny_model_dir: Path):
+    args = ["--model", str(tiny_model_dir), "--dtype", "float32", "--kv-cache-mb", "64"]
+    rows = w2_http(args, concurrency=2, num_requests=4)
+    assert len(rows) == 4
+    starts = [start for start, _ in rows]
+    # A closed loop of two: the third starts once one of the first two has finished.
+    assert starts == sorted(starts) and starts[2] > starts[1]
+    assert all(0 < ttft < 30 for _, ttft in rows)

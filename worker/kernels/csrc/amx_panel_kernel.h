@@ -1,10 +1,10 @@
-// The panel kernel on AMX (Intel's tile matrix unit), for Q4_1 weights: float32 results from
-// bf16 tiles, every product exact.
+// The panel kernel on AMX (Intel's tile matrix unit), for Q4_1 and Q8_0 weights: float32
+// results from bf16 tiles, every product exact.
 //
 // Why exact, and how: a bf16 tile product rounds nothing but its inputs, so the weights go in
-// as their codes (0..15, exact in bf16) and each block's scale d and minimum m are applied
-// afterwards in float32, as the direct kernel does: out = sum_b d_b * (x . codes_b) + m_b *
-// sum_b(x). Each activation is split into three bf16 parts, hi + mid + lo, which together
+// as their codes (Q4_1 0..15, Q8_0 -127..127: exact in bf16) and each block's scale d (and
+// Q4_1's minimum m) is applied afterwards in float32, as the direct kernel does:
+// out = sum_b d_b * (x . codes_b) + m_b * sum_b(x). Each activation is split into three bf16 parts, hi + mid + lo, which together
 // hold its 24 significant bits exactly (8 each); the tile unit multiplies each part by the
 // codes exactly and sums in float32. So the result differs from the float32 kernels only in
 // the order and rounding of its sums, where a plain bf16 matmul (the activations rounded to 8
@@ -143,7 +143,7 @@ struct CodeSpread {
 // One block of two Q4_1 records (16 columns) as a B tile, codes in bf16: row p holds inputs
 // 2p and 2p + 1 of each column, interleaved (the tile unit's pair layout); then the columns'
 // d and m as floats.
-inline void convert_half(const CodeSpread& spread, const uint8_t* left, const uint8_t* right,
+inline void convert_q4_1(const CodeSpread& spread, const uint8_t* left, const uint8_t* right,
                          uint16_t* tile, float* scales) {
   const __m512i nibbles = _mm512_set1_epi8(0x0F);
   for (int j = 0; j < 4; ++j) {
@@ -165,14 +165,45 @@ inline void convert_half(const CodeSpread& spread, const uint8_t* left, const ui
   _mm256_storeu_ps(scales + 24, load_halves(right + 16));
 }
 
-// acc[0 .. 16, 0 .. 16] += products * d + sums * m: one block's 16 x 16 tile, scaled.
+// The same for two Q8_0 records: codes -127..127 (exact in bf16), then the columns' d.
+inline void convert_q8_0(const uint8_t* left, const uint8_t* right, uint16_t* tile,
+                         float* scales) {
+  // Within each 32-bit column word, bytes (0, 1) or (2, 3) to the high bytes of its two
+  // words (0x80 zeroes the low ones); an arithmetic shift then sign-extends them.
+  const __m512i first = _mm512_set1_epi32(static_cast<int>(0x01800080u));
+  const __m512i second = _mm512_set1_epi32(static_cast<int>(0x03800280u));
+  alignas(64) uint32_t lane_offsets[16];
+  for (int e = 0; e < 16; ++e) lane_offsets[e] = 0x04000400u * (e % 4);  // 4 q in bytes 1, 3
+  const __m512i offsets = _mm512_load_si512(lane_offsets);
+  const __m512i spread[2] = {_mm512_add_epi8(first, offsets), _mm512_add_epi8(second, offsets)};
+  for (int g = 0; g < 8; ++g) {
+    const __m512i group = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(left + 16 + 32 * g))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(right + 16 + 32 * g)), 1);
+    for (int half = 0; half < 2; ++half) {  // row 2g + half: inputs 4g + 2 half, + 1
+      const __m512i words = _mm512_srai_epi16(_mm512_shuffle_epi8(group, spread[half]), 8);
+      const __m512 low = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(words)));
+      const __m512 high = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(words, 1)));
+      _mm512_storeu_si512(tile + (2 * g + half) * kBlock, (__m512i)_mm512_cvtne2ps_pbh(high, low));
+    }
+  }
+  _mm256_storeu_ps(scales, load_halves(left));
+  _mm256_storeu_ps(scales + 8, load_halves(right));
+  _mm256_storeu_ps(scales + 16, _mm256_setzero_ps());
+  _mm256_storeu_ps(scales + 24, _mm256_setzero_ps());
+}
+
+// acc[0 .. 16, 0 .. 16] += products * d (+ sums * m for Q4_1): one block's 16 x 16 tile,
+// scaled.
+template <bool kQ8>
 inline void scale_products(const float* products, const float* scales, const float* sums,
                            float* acc, int64_t acc_stride) {
   const __m512 d = _mm512_loadu_ps(scales), m = _mm512_loadu_ps(scales + 16);
 #pragma GCC unroll 16
   for (int64_t i = 0; i < kAmxRows; ++i) {
     float* row = acc + i * acc_stride;
-    const __m512 start = _mm512_fmadd_ps(_mm512_set1_ps(sums[i]), m, _mm512_load_ps(row));
+    __m512 start = _mm512_load_ps(row);
+    if constexpr (!kQ8) start = _mm512_fmadd_ps(_mm512_set1_ps(sums[i]), m, start);
     _mm512_store_ps(row, _mm512_fmadd_ps(_mm512_load_ps(products + i * kAmxHalf), d, start));
   }
 }
@@ -186,19 +217,25 @@ inline void scale_products(const float* products, const float* scales, const flo
 // independent sums, 12 products a block, which hide that latency, and each loaded tile
 // serves two products. Each row pair's parts are loaded once per block and quad, from L1
 // after the first quad; the codes of all blocks of the quads stay in L2.
-inline void amx_columns(const uint8_t* weights, int64_t blocks, int64_t quad0, int64_t quads,
+template <bool kQ8>
+void amx_columns(const uint8_t* weights, int64_t blocks, int64_t quad0, int64_t quads,
                         const SplitRows& x, int64_t row0, int64_t count, int64_t m, float* out,
                         int64_t out_stride) {
-  const int64_t run = blocks * kQ4Record, halves = 2 * quads;
+  const int64_t run = blocks * record_bytes<kQ8>(), halves = 2 * quads;
   auto* codes = reinterpret_cast<uint16_t*>(
       scratch(Scratch::kAmxPanel, blocks * halves * kAmxTileWords / 2));
   float* scales = scratch(Scratch::kAmxScales, blocks * halves * 2 * kAmxHalf);
   const CodeSpread spread;
   for (int64_t b = 0; b < blocks; ++b) {
     for (int64_t h = 0; h < halves; ++h) {
-      const uint8_t* left = weights + 2 * (2 * quad0 + h) * run + b * kQ4Record;
+      const uint8_t* left = weights + 2 * (2 * quad0 + h) * run + b * record_bytes<kQ8>();
       const int64_t at = b * halves + h;
-      convert_half(spread, left, left + run, codes + at * kAmxTileWords, scales + at * 2 * kAmxHalf);
+      uint16_t* tile = codes + at * kAmxTileWords;
+      if constexpr (kQ8) {
+        convert_q8_0(left, left + run, tile, scales + at * 2 * kAmxHalf);
+      } else {
+        convert_q4_1(spread, left, left + run, tile, scales + at * 2 * kAmxHalf);
+      }
     }
   }
   configure_tiles();
@@ -236,10 +273,10 @@ inline void amx_columns(const uint8_t* weights, int64_t blocks, int64_t quad0, i
         const float* s = scales + at * 2 * kAmxHalf;
         float* a = acc + 2 * q * kAmxHalf;
         float* below = a + kAmxRows * width;
-        scale_products(products[0], s, top_sums, a, width);
-        scale_products(products[1], s + 2 * kAmxHalf, top_sums, a + kAmxHalf, width);
-        scale_products(products[2], s, bottom_sums, below, width);
-        scale_products(products[3], s + 2 * kAmxHalf, bottom_sums, below + kAmxHalf, width);
+        scale_products<kQ8>(products[0], s, top_sums, a, width);
+        scale_products<kQ8>(products[1], s + 2 * kAmxHalf, top_sums, a + kAmxHalf, width);
+        scale_products<kQ8>(products[2], s, bottom_sums, below, width);
+        scale_products<kQ8>(products[3], s + 2 * kAmxHalf, bottom_sums, below + kAmxHalf, width);
       }
     }
     const int64_t rows = std::min(2 * kAmxRows, m - r);

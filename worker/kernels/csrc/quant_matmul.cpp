@@ -115,12 +115,13 @@ void panel(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int64
 #endif
 
 #if defined(ASTRAI_AMX)
-// The panel path on AMX (amx_panel_kernel.h), Q4_1: tiles in fours, the last one to three on
-// the float32 panel kernel in pairs.
+// The panel path on AMX (amx_panel_kernel.h): tiles in fours, the last one to three on the
+// float32 panel kernel in pairs.
+template <bool kQ8>
 void amx_panel(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int64_t tiles,
                int64_t blocks, float* out) {
   const int64_t m = input.size(0), k = blocks * kBlock, stride = tiles * kTile;
-  const Rows rows = prepare_rows(input.data_ptr<float>(), m, k, false, pro, false);
+  const Rows rows = prepare_rows(input.data_ptr<float>(), m, k, kQ8, pro, false);
   const SplitRows split = split_rows(rows.x, m, k);
   const int64_t quads = tiles / 4, first_pair = 4 * quads;
   // Rows in blocks of ~1 MB of parts (6 bytes an input), so that they stay in L2 while every
@@ -139,10 +140,10 @@ void amx_panel(const at::Tensor& input, const Prologue& pro, const uint8_t* w, i
       const int64_t count = std::min(row_block, m - row0);
       if (g < amx_groups) {
         const int64_t quad0 = g * width;
-        amx_columns(w, blocks, quad0, std::min(width, quads - quad0), split, row0, count, m, out,
+        amx_columns<kQ8>(w, blocks, quad0, std::min(width, quads - quad0), split, row0, count, m, out,
                     stride);
       } else {
-        panel_columns<false>(w, tiles, blocks, first_pair + 2 * (g - amx_groups),
+        panel_columns<kQ8>(w, tiles, blocks, first_pair + 2 * (g - amx_groups),
                              rows.x + row0 * k, count, out + row0 * stride, stride);
       }
     }
@@ -194,8 +195,8 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
     const float* start = init.defined() ? init.data_ptr<float>() : nullptr;
     if (!direct_path) {
 #if defined(ASTRAI_AMX)
-      if (!kQ8 && tiles >= 4 && amx_ready()) {
-        amx_panel(input, pro, w, tiles, blocks, o);
+      if (tiles >= 4 && amx_ready()) {
+        amx_panel<kQ8>(input, pro, w, tiles, blocks, o);
       } else {
         panel<kQ8>(input, pro, w, tiles, blocks, o);
       }
