@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from pathlib import Path
+
+import pytest
 
 from bench.request_trace import server_itl, w2_http
 from tests.e2e.harness import Server
