@@ -114,7 +114,7 @@ inline SplitRows split_rows(const float* x, int64_t m, int64_t k) {
   return {parts, sums};
 }
 
-// The constants of convert_block: a lookup of bf16(0..15), and the byte moves that spread a
+// The constants of convert_q4_1: a lookup of bf16(0..15), and the byte moves that spread a
 // column word's pair of codes over two words. pshufb works within 16-byte lanes: the pair of
 // column word q (0..3 in its lane) is bytes 4 q + (0, 1), or 4 q + (2, 3); 0x80 zeroes a byte.
 struct CodeSpread {
@@ -219,8 +219,8 @@ inline void scale_products(const float* products, const float* scales, const flo
 // after the first quad; the codes of all blocks of the quads stay in L2.
 template <bool kQ8>
 void amx_columns(const uint8_t* weights, int64_t blocks, int64_t quad0, int64_t quads,
-                        const SplitRows& x, int64_t row0, int64_t count, int64_t m, float* out,
-                        int64_t out_stride) {
+                 const SplitRows& x, int64_t row0, int64_t count, int64_t m, float* out,
+                 int64_t out_stride) {
   const int64_t run = blocks * record_bytes<kQ8>(), halves = 2 * quads;
   auto* codes = reinterpret_cast<uint16_t*>(
       scratch(Scratch::kAmxPanel, blocks * halves * kAmxTileWords / 2));

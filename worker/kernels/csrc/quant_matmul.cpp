@@ -9,7 +9,8 @@
 // (worker/kernels/build.py); the scalar branches keep any other CPU correct.
 //
 // Few rows go through the direct kernel (direct_kernel.h), from `panel_rows` rows on through
-// the panel kernel (panel_kernel.h); the probe (worker/kernels/plan.py) measures where.
+// the panel kernel (panel_kernel.h; on AMX, amx_panel_kernel.h); the probe
+// (worker/kernels/plan.py) measures where.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -140,11 +141,11 @@ void amx_panel(const at::Tensor& input, const Prologue& pro, const uint8_t* w, i
       const int64_t count = std::min(row_block, m - row0);
       if (g < amx_groups) {
         const int64_t quad0 = g * width;
-        amx_columns<kQ8>(w, blocks, quad0, std::min(width, quads - quad0), split, row0, count, m, out,
-                    stride);
+        amx_columns<kQ8>(w, blocks, quad0, std::min(width, quads - quad0), split, row0, count,
+                         m, out, stride);
       } else {
         panel_columns<kQ8>(w, tiles, blocks, first_pair + 2 * (g - amx_groups),
-                             rows.x + row0 * k, count, out + row0 * stride, stride);
+                           rows.x + row0 * k, count, out + row0 * stride, stride);
       }
     }
   });
@@ -225,9 +226,6 @@ template at::Tensor block_linear<true>(const at::Tensor&, const at::Tensor&, int
                                        const c10::optional<at::Tensor>&,
                                        const c10::optional<at::Tensor>&, double, bool, int64_t);
 
-// out = prologue(x) @ weight.T (+ bias) (+ residual), prologue = [silu(gate) * up] then
-// [RMSNorm(norm_weight, eps)]: a decoder layer's norm, gate and residual add, fused.
-// panel_rows: from this many rows on, the panel kernel (0: never).
 // Which instructions the block kernels run on here, for the startup log.
 std::string block_kernel_isa() {
 #if defined(ASTRAI_AMX)
@@ -242,14 +240,17 @@ std::string block_kernel_isa() {
 #endif
 }
 
+// out = prologue(x) @ weight.T (+ bias) (+ residual), prologue = [silu(gate) * up] then
+// [RMSNorm(norm_weight, eps)]: a decoder layer's norm, gate and residual add, fused.
+// panel_rows: from this many rows on, the panel kernel (0: never).
 TORCH_LIBRARY_FRAGMENT(astrai, m) {
-  m.def("block_kernel_isa() -> str", &block_kernel_isa);
   m.def(
       "q4_1_linear(Tensor x, Tensor weight, int out_features, Tensor? bias, Tensor? residual, "
       "Tensor? norm_weight, float eps, bool gated, int panel_rows) -> Tensor");
   m.def(
       "q8_0_linear(Tensor x, Tensor weight, int out_features, Tensor? bias, Tensor? residual, "
       "Tensor? norm_weight, float eps, bool gated, int panel_rows) -> Tensor");
+  m.def("block_kernel_isa() -> str", &block_kernel_isa);  // no tensors: one kernel for all
 }
 
 TORCH_LIBRARY_IMPL(astrai, CPU, m) {
