@@ -244,6 +244,7 @@ void amx_columns(const uint8_t* weights, int64_t blocks, int64_t quad0, int64_t 
   alignas(64) float products[4][kAmxRows * kAmxHalf];
   for (int64_t r = row0; r < row0 + count; r += 2 * kAmxRows) {
     const int64_t t = r / kAmxRows;
+    const bool lone = m - r <= kAmxRows;  // the pair's second tile is all padding
     std::fill_n(acc, 2 * kAmxRows * width, 0.0f);
     for (int64_t b = 0; b < blocks; ++b) {
       const uint16_t* top = x.parts + (t * blocks + b) * kAmxParts * kAmxTileWords;
@@ -256,27 +257,40 @@ void amx_columns(const uint8_t* weights, int64_t blocks, int64_t quad0, int64_t 
         _tile_loadd(3, codes + (at + 1) * kAmxTileWords, 64);
         _tile_zero(4);
         _tile_zero(5);
-        _tile_zero(6);
-        _tile_zero(7);
-        for (int64_t p = 0; p < kAmxParts; ++p) {
-          _tile_loadd(0, top + p * kAmxTileWords, 64);
-          _tile_loadd(1, bottom + p * kAmxTileWords, 64);
-          _tile_dpbf16ps(4, 0, 2);
-          _tile_dpbf16ps(5, 0, 3);
-          _tile_dpbf16ps(6, 1, 2);
-          _tile_dpbf16ps(7, 1, 3);
+        if (lone) {
+          // The two halves' sums alone are two chains of three: slower a product, but half
+          // the products of a padded pair.
+          for (int64_t p = 0; p < kAmxParts; ++p) {
+            _tile_loadd(0, top + p * kAmxTileWords, 64);
+            _tile_dpbf16ps(4, 0, 2);
+            _tile_dpbf16ps(5, 0, 3);
+          }
+        } else {
+          _tile_zero(6);
+          _tile_zero(7);
+          for (int64_t p = 0; p < kAmxParts; ++p) {
+            _tile_loadd(0, top + p * kAmxTileWords, 64);
+            _tile_loadd(1, bottom + p * kAmxTileWords, 64);
+            _tile_dpbf16ps(4, 0, 2);
+            _tile_dpbf16ps(5, 0, 3);
+            _tile_dpbf16ps(6, 1, 2);
+            _tile_dpbf16ps(7, 1, 3);
+          }
+          _tile_stored(6, products[2], 64);
+          _tile_stored(7, products[3], 64);
         }
         _tile_stored(4, products[0], 64);
         _tile_stored(5, products[1], 64);
-        _tile_stored(6, products[2], 64);
-        _tile_stored(7, products[3], 64);
         const float* s = scales + at * 2 * kAmxHalf;
         float* a = acc + 2 * q * kAmxHalf;
-        float* below = a + kAmxRows * width;
         scale_products<kQ8>(products[0], s, top_sums, a, width);
         scale_products<kQ8>(products[1], s + 2 * kAmxHalf, top_sums, a + kAmxHalf, width);
-        scale_products<kQ8>(products[2], s, bottom_sums, below, width);
-        scale_products<kQ8>(products[3], s + 2 * kAmxHalf, bottom_sums, below + kAmxHalf, width);
+        if (!lone) {
+          float* below = a + kAmxRows * width;
+          scale_products<kQ8>(products[2], s, bottom_sums, below, width);
+          scale_products<kQ8>(products[3], s + 2 * kAmxHalf, bottom_sums, below + kAmxHalf,
+                              width);
+        }
       }
     }
     const int64_t rows = std::min(2 * kAmxRows, m - r);
