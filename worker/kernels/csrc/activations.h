@@ -40,10 +40,19 @@ struct Rows {
 // Grow-only buffers, one per use and thread, reused from call to call: a fresh vector each
 // call cost a page fault per 4 KB touched, 0.7 ms for 512 rows of 576 inputs on a KVM guest,
 // more than the arithmetic of a small layer. Valid until the same thread asks again.
-enum class Scratch { kRows, kSums, kInterleaved, kSplitParts, kSplitSums, kAmxPanel, kAmxScales };
+enum class Scratch {
+  kRows,
+  kSums,
+  kInterleaved,
+  kSplitParts,
+  kSplitSums,
+  kAmxPanel,
+  kAmxScales,
+  kCount  // the number of uses
+};
 
 inline float* scratch(Scratch use, int64_t n) {
-  thread_local std::vector<float> buffers[7];
+  thread_local std::vector<float> buffers[static_cast<int>(Scratch::kCount)];
   std::vector<float>& buffer = buffers[static_cast<int>(use)];
   if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
   return buffer.data();

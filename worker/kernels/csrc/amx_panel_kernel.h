@@ -76,7 +76,8 @@ struct SplitRows {
   const float* sums;      // (row tiles, blocks, 16)
 };
 
-inline SplitRows split_rows(const float* x, int64_t m, int64_t k) {
+// with_sums: Q4_1 needs each block's sum for its minimum; Q8_0 has none.
+inline SplitRows split_rows(const float* x, int64_t m, int64_t k, bool with_sums) {
   // Row tiles in pairs (amx_columns takes two at a time), the last padded with zeros.
   const int64_t blocks = k / kBlock, row_tiles = 2 * ((m + 2 * kAmxRows - 1) / (2 * kAmxRows));
   auto* parts = reinterpret_cast<uint16_t*>(
@@ -96,9 +97,11 @@ inline SplitRows split_rows(const float* x, int64_t m, int64_t k) {
             continue;
           }
           const float* src = x + row * k + b * kBlock;
-          float total = 0.0f;
-          for (int64_t i = 0; i < kBlock; ++i) total += src[i];
-          sum[r] = total;
+          if (with_sums) {
+            float total = 0.0f;
+            for (int64_t i = 0; i < kBlock; ++i) total += src[i];
+            sum[r] = total;
+          }
           __m512 low = _mm512_loadu_ps(src), high = _mm512_loadu_ps(src + 16);
           for (int64_t p = 0; p < kAmxParts; ++p) {
             // Rounded to nearest, so what is left has at most 16, then 8 significant bits.
@@ -225,7 +228,7 @@ void amx_columns(const uint8_t* weights, int64_t blocks, int64_t quad0, int64_t 
   auto* codes = reinterpret_cast<uint16_t*>(
       scratch(Scratch::kAmxPanel, blocks * halves * kAmxTileWords / 2));
   float* scales = scratch(Scratch::kAmxScales, blocks * halves * 2 * kAmxHalf);
-  const CodeSpread spread;
+  static const CodeSpread spread;
   for (int64_t b = 0; b < blocks; ++b) {
     for (int64_t h = 0; h < halves; ++h) {
       const uint8_t* left = weights + 2 * (2 * quad0 + h) * run + b * record_bytes<kQ8>();

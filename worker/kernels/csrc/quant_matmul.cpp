@@ -123,10 +123,11 @@ void amx_panel(const at::Tensor& input, const Prologue& pro, const uint8_t* w, i
                int64_t blocks, float* out) {
   const int64_t m = input.size(0), k = blocks * kBlock, stride = tiles * kTile;
   const Rows rows = prepare_rows(input.data_ptr<float>(), m, k, kQ8, pro, false);
-  const SplitRows split = split_rows(rows.x, m, k);
+  const SplitRows split = split_rows(rows.x, m, k, !kQ8);
   const int64_t quads = tiles / 4, first_pair = 4 * quads;
   // Rows in blocks of ~1 MB of parts (6 bytes an input), so that they stay in L2 while every
-  // group of columns passes over them.
+  // group of columns passes over them. Each row block converts its groups' codes again;
+  // all rows in one pass per group measured up to 8% slower at 512 rows all the same.
   const int64_t unit = 2 * kAmxRows;
   const int64_t row_block = std::max<int64_t>(unit, (1 << 20) / (6 * k) / unit * unit);
   const int64_t row_blocks = (m + row_block - 1) / row_block;
