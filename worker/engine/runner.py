@@ -11,6 +11,7 @@ from worker.engine.compiled_decode import CompiledDecode
 from worker.kv.base import KVCache
 from worker.model.batch import ForwardBatch
 from worker.model.llama import LlamaModel
+from worker.model.shared_prefix import find_shared_prefixes
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,11 @@ class ModelRunner:
             mask &= key_pos[None, None, :] > query_pos[:, :, None] - self.sliding_window
         if query_len > 1:
             mask = mask.repeat_interleave(self.kv_group_size, dim=1)  # rows q*G + g
+        shared_prefixes = ()
+        if query_len > 1 and self.device.type == "cpu" and self.sliding_window is None:
+            shared_prefixes = find_shared_prefixes(
+                read_slots, [c.start for c in chunks], mask, lengths, self.kv_group_size
+            )
         wanted = [i for i, c in enumerate(chunks) if c.wants_logits]
         logits_index = offsets[1:][wanted] - 1
         input_ids = torch.tensor([t for c in chunks for t in c.token_ids])
@@ -102,6 +108,7 @@ class ModelRunner:
             logits_index=logits_index.to(device),
             max_query_len=query_len,
             seq_lengths=None if query_len == 1 else tuple(zip(lengths, ends, strict=True)),
+            shared_prefixes=shared_prefixes,
         )
         return input_ids.to(device), batch
 

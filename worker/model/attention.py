@@ -9,6 +9,7 @@ from torch import nn
 from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.config import ModelConfig
 from worker.model.rope import apply_rope
+from worker.model.shared_prefix import attend_shared
 
 
 class Attention(nn.Module):
@@ -100,23 +101,53 @@ class Attention(nn.Module):
 
         A 24-token tail and an 88-token chunk in one padded forward cost as much as 20
         88-token chunks; per sequence, each pays for its own rows (2x faster prefill of a
-        W2 wave, docs/BENCHMARKS.md).
+        W2 wave, docs/BENCHMARKS.md). Sequences that share leading rows attend over them
+        together (worker.model.shared_prefix).
         """
         d, kvh, g = self.head_dim, self.num_kv_heads, self.group
         assert batch.seq_lengths is not None
-        outs = []
-        offset = 0
+        starts = [0]
+        for qlen, _ in batch.seq_lengths:
+            starts.append(starts[-1] + qlen)
+
+        def grouped_queries(i: int) -> torch.Tensor:  # (KVH, Q*G, D), row q*G + g
+            qlen = batch.seq_lengths[i][0]
+            rows = q[starts[i] : starts[i] + qlen].view(qlen, kvh, g, d).transpose(0, 1)
+            return rows.reshape(kvh, qlen * g, d)
+
+        def cached(cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:  # (KVH, T, D)
+            return cache.index_select(0, rows).to(q.dtype).view(-1, kvh, d).transpose(0, 1)
+
+        outs: dict[int, torch.Tensor] = {}  # per sequence (KVH, Q*G, D)
+        for prefix in batch.shared_prefixes:
+            shared = batch.read_slots[prefix.seqs[0], : prefix.length]
+            own = [
+                batch.read_slots[i, prefix.length : batch.seq_lengths[i][1]] for i in prefix.seqs
+            ]
+            merged = attend_shared(
+                [grouped_queries(i) for i in prefix.seqs],
+                [cached(k_cache, rows) for rows in own],
+                [cached(v_cache, rows) for rows in own],
+                cached(k_cache, shared),
+                cached(v_cache, shared),
+                prefix,
+            )
+            outs.update(zip(prefix.seqs, merged, strict=True))
         for i, (qlen, klen) in enumerate(batch.seq_lengths):
+            if i in outs:
+                continue
             rows = batch.read_slots[i, :klen]
-            keys = k_cache.index_select(0, rows).to(q.dtype).view(klen, kvh, d).transpose(0, 1)
-            values = v_cache.index_select(0, rows).to(q.dtype).view(klen, kvh, d).transpose(0, 1)
-            # (KVH, Q*G, D), row q*G + g: the layout of the batch's mask rows.
-            grouped = q[offset : offset + qlen].view(qlen, kvh, g, d).transpose(0, 1)
-            grouped = grouped.reshape(kvh, qlen * g, d)
+            keys, values = cached(k_cache, rows), cached(v_cache, rows)
             mask = batch.mask[i : i + 1, :, : qlen * g, :klen]
             # 4-d inputs: with 3-d ones the CPU falls back from the flash kernel to a slow
             # reference path (bmm, where, softmax: 3x the time, measured).
-            out = F.scaled_dot_product_attention(grouped[None], keys[None], values[None], mask)
-            outs.append(out[0].view(kvh, qlen, g, d).transpose(0, 1).reshape(qlen, kvh * g * d))
-            offset += qlen
-        return torch.cat(outs)
+            out = F.scaled_dot_product_attention(
+                grouped_queries(i)[None], keys[None], values[None], mask
+            )
+            outs[i] = out[0]
+        return torch.cat(
+            [
+                outs[i].view(kvh, qlen, g, d).transpose(0, 1).reshape(qlen, kvh * g * d)
+                for i, (qlen, _) in enumerate(batch.seq_lengths)
+            ]
+        )

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from worker.model.shared_prefix import SharedPrefix
+
 # One layer's cache as flat rows: k and v, each (num_slots, kv_heads, head_dim).
 LayerKV = tuple[torch.Tensor, torch.Tensor]
 
@@ -35,6 +37,9 @@ class ForwardBatch:
     # Per sequence (query tokens, context length incl. them), when any query has > 1 token:
     # attention then runs sequence by sequence instead of over the (B, Q, T) padding.
     seq_lengths: tuple[tuple[int, int], ...] | None = None
+    # Sequences (with seq_lengths) whose contexts begin with the same cache rows: attention
+    # over those runs once for all of them (CPU; worker.model.shared_prefix).
+    shared_prefixes: tuple[SharedPrefix, ...] = ()
 
     @property
     def num_tokens(self) -> int:

@@ -52,7 +52,7 @@ def engine() -> Iterator[InferenceEngine]:
 
 
 def greedy_token_ids(
-    engine: InferenceEngine, prompts: list[str], max_tokens: int
+    engine: InferenceEngine, prompts: list[str] | list[list[dict[str, str]]], max_tokens: int
 ) -> list[list[int]]:
     """Submit every prompt at once (one continuous batch) and collect each one's tokens."""
     done = threading.Semaphore(0)
@@ -215,6 +215,34 @@ def test_prompts_sharing_a_system_prompt_mid_page_answer_as_without_the_cache(
     assert engine.get_stats().prefix_cache_hit_tokens - hits_before >= common
     with InferenceEngine(dtype="float32", kv_cache_mb=64, enable_prefix_caching=False) as fresh:
         assert [fresh.generate(p, temperature=0, max_tokens=16) for p in prompts] == cached
+
+
+def test_prompts_sharing_a_system_prompt_prefilled_together_answer_as_each_afresh(
+    engine: InferenceEngine,
+):
+    """Arriving together, the first computes the system prompt and the others' tails attend
+    over its rows together (worker.model.shared_prefix); each answer is the one computed
+    afresh, without the cache."""
+    system = {"role": "system", "content": TEACHER_TEXT[:400]}
+    questions = ("Sum it up.", "Why stars?", "Name one telescope.", "What is a pulsar?")
+    prompts = [[system, {"role": "user", "content": q}] for q in questions]
+    runner = engine.scheduler.runner
+    build = runner.build_batch
+    groups: list[int] = []
+
+    def spy(chunks):
+        input_ids, batch = build(chunks)
+        groups.extend(len(p.seqs) for p in batch.shared_prefixes)
+        return input_ids, batch
+
+    runner.build_batch = spy  # type: ignore[method-assign]
+    try:
+        together = greedy_token_ids(engine, prompts, max_tokens=12)
+    finally:
+        del runner.build_batch
+    assert groups and max(groups) >= 2, "the tails should have shared the prompt's rows"
+    with InferenceEngine(dtype="float32", kv_cache_mb=64, enable_prefix_caching=False) as fresh:
+        assert greedy_token_ids(fresh, prompts, max_tokens=12) == together
 
 
 def test_generate_shapes(engine: InferenceEngine):

@@ -11,6 +11,7 @@ from common.sampling_params import SamplingParams
 from common.token_output import FinishReason
 from tests.worker.stack_factory import Stack, tiny_stack
 from worker.engine.runner import Chunk
+from worker.model.shared_prefix import MIN_SHARED_ROWS
 
 PROMPT_33 = list(range(1000, 1033))  # 8 full pages of 4 and one token over
 
@@ -96,6 +97,34 @@ def test_requests_arriving_together_compute_a_shared_prefix_once(
     assert stack.cache.stats().hit_tokens == 3 * 32
     expected = solo_tokens(default_model_dir, PROMPT_33, max_tokens=5)
     assert all(stack.collector.token_ids(f"r{i}") == expected for i in range(4))
+
+
+@pytest.mark.slow  # seconds: the tiny model over the default tokenizer, many steps
+def test_tails_behind_a_shared_prompt_attend_over_it_together_as_each_alone(
+    default_model_dir: Path,
+):
+    stack = tiny_stack(default_model_dir, num_pages=128)
+    shared = list(range(1000, 1000 + MIN_SHARED_ROWS + 8))
+    prompts = [[*shared, *range(3000 + 10 * i, 3000 + 10 * i + 3 + i)] for i in range(4)]
+    groups = []
+    build = stack.scheduler.runner.build_batch
+
+    def spy(chunks):
+        input_ids, batch = build(chunks)
+        groups.extend((p.seqs, p.length) for p in batch.shared_prefixes)
+        return input_ids, batch
+
+    stack.scheduler.runner.build_batch = spy  # type: ignore[method-assign]
+    for i, prompt in enumerate(prompts):
+        stack.submit(prompt, f"r{i}", max_tokens=5)
+    stack.run()
+    # One forward: the first computes the shared pages (written before any query reads
+    # them), the other three their tails, over the shared rows together.
+    assert groups == [((1, 2, 3), len(shared))]
+    for i, prompt in enumerate(prompts):
+        assert stack.collector.token_ids(f"r{i}") == solo_tokens(
+            default_model_dir, prompt, max_tokens=5
+        )
 
 
 def test_a_finished_prompt_is_served_from_the_cache(default_model_dir: Path):
