@@ -20,15 +20,17 @@ class SchedulerLoop(ABC):
     """Steps whenever there is work, on one thread, until stopped.
 
     Other threads only add, abort and stop, through the inbox. A step that raises fails every
-    live sequence and the loop goes on; a step-end listener that raises is logged and skipped.
+    live sequence and the loop goes on; a flush listener that raises is logged and skipped.
     """
 
     def __init__(self, idle_wait_s: float) -> None:
         self.inbox = SchedulerInbox()
         self._idle_wait_s = idle_wait_s
         self._thread: threading.Thread | None = None
-        # Called on the loop's thread after each step (the worker sends its events then).
-        self.step_end_listeners: list[Callable[[], None]] = []
+        # Called on the loop's thread whenever the events emitted so far should leave: at
+        # each step's end, and mid-step once its prefill sampled first tokens (the worker
+        # sends its events then).
+        self.flush_listeners: list[Callable[[], None]] = []
 
     @abstractmethod
     def has_work(self) -> bool:
@@ -83,13 +85,13 @@ class SchedulerLoop(ABC):
             except Exception as exc:  # a failed forward must not kill the worker
                 log.exception("scheduler step failed; failing every live sequence")
                 self._fail_all(exc)
-            self._notify_step_end()
+            self._flush()
         self._fail_all(RuntimeError("the engine shut down"))
-        self._notify_step_end()
+        self._flush()
 
-    def _notify_step_end(self) -> None:
-        for listener in list(self.step_end_listeners):
-            call_safely("step-end listener", listener, listener)
+    def _flush(self) -> None:
+        for listener in list(self.flush_listeners):
+            call_safely("flush listener", listener, listener)
 
 
 def call_safely(what: str, which: object, function: Callable[..., object], *args: object) -> None:

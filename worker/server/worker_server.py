@@ -59,7 +59,7 @@ class WorkerServer:
         self._last_gateway_beat = 0.0
         self._register_now = True
         self.last_loop_tick = time.monotonic()
-        engine.scheduler.step_end_listeners.append(self._flush_events)
+        engine.scheduler.flush_listeners.append(self._flush_events)
 
     def stop(self) -> None:
         """Stop now: running requests are aborted by the engine's shutdown."""
@@ -87,9 +87,10 @@ class WorkerServer:
         return self.connected and not self.draining
 
     def _push_event(self, event: TokenEvent) -> None:
-        """Event sink. On the scheduler's thread a step's events wait for the step's end and
-        leave together (one send and one wakeup of the I/O thread per step, not per token:
-        each cost ~0.1 ms of the step's time at 8 streams); on any other thread, at once."""
+        """Event sink. On the scheduler's thread events wait for its next flush (the step's
+        end, or its prefill's first tokens) and leave together: one send and one wakeup of the
+        I/O thread per forward, not per token (each cost ~0.1 ms of the step's time at 8
+        streams). On any other thread, at once."""
         frames = [encode(message) for message in to_wire(event)]
         pending = getattr(self._local, "pending", None)
         if pending is not None:
@@ -98,7 +99,8 @@ class WorkerServer:
             self._push_socket().send_multipart(frames)
 
     def _flush_events(self) -> None:
-        """After each scheduler step, on its thread: its events, as one message."""
+        """At each of the scheduler's flushes, on its thread: the events since, as one
+        message."""
         pending = getattr(self._local, "pending", None)
         if pending is None:
             self._local.pending = []  # from now on this thread's events wait for the flush

@@ -83,6 +83,34 @@ def test_chunked_prefill_keeps_running_streams_decoding(default_model_dir: Path)
     )
 
 
+def test_first_tokens_are_flushed_before_the_decode_forward_of_their_step(
+    default_model_dir: Path,
+):
+    stack = tiny_stack(default_model_dir)
+    happened: list[str] = []
+    forward = stack.scheduler.runner.forward
+
+    def spy(chunks):
+        happened.append("decode" if all(len(c.token_ids) == 1 for c in chunks) else "prefill")
+        return forward(chunks)
+
+    stack.scheduler.runner.forward = spy  # type: ignore[method-assign]
+    stack.scheduler.flush_listeners.append(
+        lambda: happened.append(f"flush {len(stack.collector.token_ids('new'))}")
+    )
+    stack.submit([7, 8, 9], "running", max_tokens=20)
+    stack.scheduler.step()
+    stack.submit(list(range(2000, 2010)), "new", max_tokens=4)
+    happened.clear()
+    stack.scheduler.step()
+    # The new prompt's first token leaves before the running stream's decode forward; a step
+    # without a first token flushes only at its end (in the loop, not step()).
+    assert happened == ["prefill", "flush 1", "decode"]
+    happened.clear()
+    stack.scheduler.step()
+    assert happened == ["decode"]
+
+
 @pytest.mark.slow  # seconds: the tiny model over the default tokenizer, many steps
 @pytest.mark.parametrize("budget", [512, 8])
 def test_requests_arriving_together_compute_a_shared_prefix_once(

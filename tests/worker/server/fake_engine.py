@@ -17,7 +17,7 @@ MAX_CONTEXT = 64
 
 @dataclass
 class FakeScheduler:
-    step_end_listeners: list[Any] = field(default_factory=list)
+    flush_listeners: list[Any] = field(default_factory=list)
 
 
 class FakeEngine:
