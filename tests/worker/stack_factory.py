@@ -96,6 +96,7 @@ def tiny_stack(
     budget: int = 512,
     prefix_caching: bool = True,
     model: LlamaModel | None = None,
+    mixed_steps: bool = True,
 ) -> Stack:
     model = model or tiny_model()
     storage = KVStorage(
@@ -115,7 +116,7 @@ def tiny_stack(
         ModelRunner(model, cache),
         cache,
         OutputProcessor(tokenizer),
-        SchedulerConfig(max_seqs=max_seqs, prefill_token_budget=budget),
+        SchedulerConfig(max_seqs=max_seqs, prefill_token_budget=budget, mixed_steps=mixed_steps),
     )
     requests = RequestFactory(
         tokenizer, min(TINY.max_position_embeddings, cache.max_tokens_per_seq)

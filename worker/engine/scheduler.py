@@ -70,11 +70,18 @@ class InferenceScheduler(DraftedDecode, SchedulerLoop):
         """One iteration; no I/O inside, events go to each sequence's sink."""
         self._cleanup()
         self._refill()
-        if self._prefill():
+        # Room for the decoding sequences first: making it may preempt the newest ones,
+        # which must not be handed a prompt chunk this step.
+        decoding = self._ready_to_decode()
+        chunks, prefilling = self._plan_prefill()
+        if chunks and decoding and self.config.mixed_steps:
+            self._prefill(chunks, prefilling, decoding)
+            return
+        if chunks and self._prefill(chunks, prefilling):
             # Their first tokens leave now: the decode forward would hold them back for its
             # whole time (17-52 ms of W2's TTFT over HTTP on a 2-core Xeon, measured).
             self._flush()
-        self._decode()
+        self._decode(self._ready_to_decode() if chunks else decoding)
 
     # -- phase 1 ----------------------------------------------------------------------
     def _cleanup(self) -> None:
@@ -111,9 +118,8 @@ class InferenceScheduler(DraftedDecode, SchedulerLoop):
             self.running.append(seq)
 
     # -- phase 3 ----------------------------------------------------------------------
-    def _prefill(self) -> bool:
-        """Uncomputed prompt tokens of several sequences in one forward, under the budget;
-        whether any of them sampled its first token."""
+    def _plan_prefill(self) -> tuple[list[Chunk], list[Sequence]]:
+        """Uncomputed prompt tokens of several sequences, under the budget, and whose."""
         budget = self.config.prefill_token_budget
         self.cache.begin_step()
         chunks: list[Chunk] = []
@@ -137,26 +143,47 @@ class InferenceScheduler(DraftedDecode, SchedulerLoop):
             )
             seqs.append(seq)
             budget -= end - start
-        if not chunks:
-            return False
-        logits = self.runner.forward(chunks)
+        return chunks, seqs
+
+    def _prefill(
+        self, chunks: list[Chunk], seqs: list[Sequence], decoding: list[Sequence] = ()
+    ) -> bool:
+        """The prompt chunks in one forward, with one token of each `decoding` sequence
+        riding in it (no drafts: the forward is a prompt's, not a decode step's); whether any
+        prompt sampled its first token.
+
+        Why ride: a separate decode step after each prompt chunk cost 18-51 ms at 8-31
+        decoding rows on a 2-core Xeon, the rows in a prompt's forward a few ms
+        (docs/BENCHMARKS.md), and every waiting prompt waited for it.
+        """
+        rows = [Chunk(seq.seq_id, seq.num_computed, [seq.token_ids[-1]], True) for seq in decoding]
+        logits = self.runner.forward([*chunks, *rows])
         self.counters.prefill_tokens += sum(len(c.token_ids) for c in chunks)
         for seq, chunk in zip(seqs, chunks, strict=True):
             seq.num_computed = chunk.end
             self.cache.commit(seq.seq_id, seq.token_ids, seq.num_computed)
+        if decoding:
+            self.counters.decode_steps += 1
+        for seq in decoding:
+            seq.num_computed = len(seq.token_ids)
+            self.cache.commit(seq.seq_id, seq.token_ids, seq.num_computed)
         sampled = [s for s, c in zip(seqs, chunks, strict=True) if c.wants_logits]
-        self._sample(sampled, logits)
+        self._sample([*sampled, *decoding], logits)
         return bool(sampled)
 
     # -- phase 4 ----------------------------------------------------------------------
-    def _decode(self) -> None:
-        """One token for every decoding sequence, in one forward."""
+    def _ready_to_decode(self) -> list[Sequence]:
+        """Every decoding sequence that has room for its next token (see _make_room)."""
         ready: list[Sequence] = []
         for seq in [s for s in self.running if not (s.is_prefilling or s.is_finished)]:
             if seq not in self.running:
                 continue  # preempted while making room for an older sequence
             if self._make_room(seq):
                 ready.append(seq)
+        return ready
+
+    def _decode(self, ready: list[Sequence]) -> None:
+        """One token for every ready decoding sequence, in one forward."""
         if not ready:
             return
         start = time.perf_counter()

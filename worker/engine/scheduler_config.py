@@ -14,6 +14,9 @@ class SchedulerConfig:
     prefill_token_budget: int = 256
     idle_wait_s: float = 0.5
     speculative_tokens: int = 8  # drafted tokens per sequence and step at most; 0: none
+    # Decoding sequences feed their token in a prompt chunk's forward, when there is one,
+    # instead of a decode forward of their own after it (InferenceScheduler._prefill).
+    mixed_steps: bool = True
 
     def __post_init__(self) -> None:
         if self.max_seqs < 1:

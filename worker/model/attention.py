@@ -97,57 +97,70 @@ class Attention(nn.Module):
     def _attend_each(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: ForwardBatch
     ) -> torch.Tensor:
-        """Attention one sequence at a time: no query or key padding to compute through.
+        """Attention sequence by sequence: no query or key padding to compute through.
 
         A 24-token tail and an 88-token chunk in one padded forward cost as much as 20
         88-token chunks; per sequence, each pays for its own rows (2x faster prefill of a
         W2 wave, docs/BENCHMARKS.md). Sequences that share leading rows attend over them
-        together (worker.model.shared_prefix).
+        together (worker.model.shared_prefix); the other one-token rows (decoding sequences
+        riding in a prefill's forward) in one padded attention.
         """
         d, kvh, g = self.head_dim, self.num_kv_heads, self.group
         assert batch.seq_lengths is not None
-        starts = [0]
-        for qlen, _ in batch.seq_lengths:
-            starts.append(starts[-1] + qlen)
-
-        def grouped_queries(i: int) -> torch.Tensor:  # (KVH, Q*G, D), row q*G + g
-            qlen = batch.seq_lengths[i][0]
-            rows = q[starts[i] : starts[i] + qlen].view(qlen, kvh, g, d).transpose(0, 1)
-            return rows.reshape(kvh, qlen * g, d)
-
-        def cached(cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:  # (KVH, T, D)
-            return cache.index_select(0, rows).to(q.dtype).view(-1, kvh, d).transpose(0, 1)
-
-        outs: dict[int, torch.Tensor] = {}  # per sequence (KVH, Q*G, D)
+        out = q.new_empty(q.shape[0], self.num_heads * d)
+        grouped: set[int] = set()
         for prefix in batch.shared_prefixes:
             shared = batch.read_slots[prefix.seqs[0], : prefix.length]
-            own = [
-                batch.read_slots[i, prefix.length : batch.seq_lengths[i][1]] for i in prefix.seqs
-            ]
-            merged = attend_shared(
-                [grouped_queries(i) for i in prefix.seqs],
-                [cached(k_cache, rows) for rows in own],
-                [cached(v_cache, rows) for rows in own],
-                cached(k_cache, shared),
-                cached(v_cache, shared),
-                prefix,
+            out.index_copy_(
+                0, prefix.query_rows, attend_shared(q, k_cache, v_cache, shared, prefix)
             )
-            outs.update(zip(prefix.seqs, merged, strict=True))
+            grouped.update(prefix.seqs)
+        offsets = [0]
+        for qlen, _ in batch.seq_lengths:
+            offsets.append(offsets[-1] + qlen)
+        single = [i for i, (qlen, _) in enumerate(batch.seq_lengths) if qlen == 1]
+        single = [i for i in single if i not in grouped]
+        if len(single) > 1:
+            rows = torch.tensor([offsets[i] for i in single], device=q.device)
+            out.index_copy_(0, rows, self._attend_rows(q, k_cache, v_cache, batch, single, rows))
+            grouped.update(single)
         for i, (qlen, klen) in enumerate(batch.seq_lengths):
-            if i in outs:
+            if i in grouped:
                 continue
-            rows = batch.read_slots[i, :klen]
-            keys, values = cached(k_cache, rows), cached(v_cache, rows)
+            start = offsets[i]
+            slots = batch.read_slots[i, :klen]
+            keys = k_cache.index_select(0, slots).to(q.dtype).view(klen, kvh, d).transpose(0, 1)
+            values = v_cache.index_select(0, slots).to(q.dtype).view(klen, kvh, d).transpose(0, 1)
+            # (KVH, Q*G, D), row q*G + g: the layout of the batch's mask rows.
+            queries = q[start : start + qlen].view(qlen, kvh, g, d).transpose(0, 1)
+            queries = queries.reshape(kvh, qlen * g, d)
             mask = batch.mask[i : i + 1, :, : qlen * g, :klen]
             # 4-d inputs: with 3-d ones the CPU falls back from the flash kernel to a slow
             # reference path (bmm, where, softmax: 3x the time, measured).
-            out = F.scaled_dot_product_attention(
-                grouped_queries(i)[None], keys[None], values[None], mask
-            )
-            outs[i] = out[0]
-        return torch.cat(
-            [
-                outs[i].view(kvh, qlen, g, d).transpose(0, 1).reshape(qlen, kvh * g * d)
-                for i, (qlen, _) in enumerate(batch.seq_lengths)
-            ]
-        )
+            att = F.scaled_dot_product_attention(queries[None], keys[None], values[None], mask)
+            att = att[0].view(kvh, qlen, g, d).transpose(0, 1).reshape(qlen, kvh * g * d)
+            out[start : start + qlen] = att
+        return out
+
+    def _attend_rows(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        batch: ForwardBatch,
+        seqs: list[int],
+        rows: torch.Tensor,  # the packed row of each one's query
+    ) -> torch.Tensor:
+        """(len(seqs), H * D): one-query sequences over their padded contexts at once."""
+        d, kvh, g = self.head_dim, self.num_kv_heads, self.group
+        assert batch.seq_lengths is not None
+        index = torch.tensor(seqs, device=q.device)
+        longest = max(batch.seq_lengths[i][1] for i in seqs)
+        slots = batch.read_slots.index_select(0, index)[:, :longest].reshape(-1)
+        shape = (len(seqs), longest, kvh, d)
+        keys = k_cache.index_select(0, slots).view(shape).to(q.dtype).transpose(1, 2)
+        values = v_cache.index_select(0, slots).view(shape).to(q.dtype).transpose(1, 2)
+        queries = q.index_select(0, rows).view(len(seqs), kvh, g, d)  # (S, KVH, G, D)
+        mask = batch.mask.index_select(0, index)[:, :, :g, :longest]  # query 0's rows
+        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask)
+        return out.reshape(len(seqs), self.num_heads * d)

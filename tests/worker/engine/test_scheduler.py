@@ -64,8 +64,9 @@ def test_batched_output_equals_each_prompt_alone(default_model_dir: Path):
 
 
 @pytest.mark.slow  # seconds: the tiny model over the default tokenizer, many steps
-def test_chunked_prefill_keeps_running_streams_decoding(default_model_dir: Path):
-    stack = tiny_stack(default_model_dir, budget=8)
+@pytest.mark.parametrize("mixed", [True, False], ids=["riding", "own-forward"])
+def test_chunked_prefill_keeps_running_streams_decoding(default_model_dir: Path, mixed: bool):
+    stack = tiny_stack(default_model_dir, budget=8, mixed_steps=mixed)
     calls = record_forwards(stack)
     stack.submit([7, 8, 9], "short", max_tokens=20)
     stack.scheduler.step()
@@ -73,20 +74,27 @@ def test_chunked_prefill_keeps_running_streams_decoding(default_model_dir: Path)
     calls.clear()
     for _ in range(5):
         stack.scheduler.step()
-    prefill_sizes = [sum(len(c.token_ids) for c in call) for call in calls[0::2]]
-    decodes = calls[1::2]
-    assert prefill_sizes == [8, 8, 8, 8, 8]
-    assert all(call[0].seq_id == 0 and len(call[0].token_ids) == 1 for call in decodes)
+    if mixed:  # one forward a step: a prompt chunk, then the running stream's token
+        assert [[len(c.token_ids) for c in call] for call in calls] == [[8, 1]] * 5
+        assert all(call[1].seq_id == 0 for call in calls)
+    else:  # a prompt chunk's forward, then a decode forward
+        assert [sum(len(c.token_ids) for c in call) for call in calls[0::2]] == [8] * 5
+        decodes = calls[1::2]
+        assert all(call[0].seq_id == 0 and len(call[0].token_ids) == 1 for call in decodes)
     stack.run()
     assert stack.collector.token_ids("long") == solo_tokens(
         default_model_dir, list(range(2000, 2040)), max_tokens=4
     )
+    assert stack.collector.token_ids("short") == solo_tokens(
+        default_model_dir, [7, 8, 9], max_tokens=20
+    )
 
 
-def test_first_tokens_are_flushed_before_the_decode_forward_of_their_step(
-    default_model_dir: Path,
+@pytest.mark.parametrize("mixed", [True, False], ids=["riding", "own-forward"])
+def test_first_tokens_are_flushed_before_a_decode_forward_of_their_step(
+    default_model_dir: Path, mixed: bool
 ):
-    stack = tiny_stack(default_model_dir)
+    stack = tiny_stack(default_model_dir, mixed_steps=mixed)
     happened: list[str] = []
     forward = stack.scheduler.runner.forward
 
@@ -98,17 +106,16 @@ def test_first_tokens_are_flushed_before_the_decode_forward_of_their_step(
     stack.scheduler.flush_listeners.append(
         lambda: happened.append(f"flush {len(stack.collector.token_ids('new'))}")
     )
-    stack.submit([7, 8, 9], "running", max_tokens=20)
-    stack.scheduler.step()
     stack.submit(list(range(2000, 2010)), "new", max_tokens=4)
-    happened.clear()
     stack.scheduler.step()
-    # The new prompt's first token leaves before the running stream's decode forward; a step
-    # without a first token flushes only at its end (in the loop, not step()).
+    # Nothing was decoding: the first token leaves before the step's decode forward (a step
+    # flushes at its end too, in the loop, not step()).
     assert happened == ["prefill", "flush 1", "decode"]
+    stack.submit([7, 8, 9], "other", max_tokens=4)
     happened.clear()
     stack.scheduler.step()
-    assert happened == ["decode"]
+    # A running stream: its token rides in the prompt's forward, or follows in its own.
+    assert happened == (["prefill"] if mixed else ["prefill", "flush 2", "decode"])
 
 
 @pytest.mark.slow  # seconds: the tiny model over the default tokenizer, many steps

@@ -95,6 +95,28 @@ def test_chunked_prefill_attends_to_rows_of_the_first_chunk(arch, per_sequence, 
 
 @pytest.mark.slow  # seconds per architecture; one prefill per architecture stays fast
 @pytest.mark.parametrize("arch", ARCHS)
+def test_decoding_rows_riding_in_a_prefill_forward_match_transformers(arch, tmp_path):
+    """One-token rows beside a prompt chunk (the scheduler's mixed step) attend together,
+    padded to the longest context; each row's logits are its sequence's next token's."""
+    hf, ours = model_pair(arch, tmp_path)
+    seqs = [random_tokens(n, seed=40 + n) for n in (4, 11, 7)]
+    cache = new_cache(ours.config, 4)
+    run(ours, cache, *prefill_batch(ours.config, [Chunk(0, seqs[0]), Chunk(2, seqs[2])]))
+    fresh = random_tokens(5, seed=50)
+    nexts = [random_tokens(1, seed=60 + i)[0] for i in range(2)]
+    chunks = [
+        Chunk(0, [nexts[0]], start=len(seqs[0])),
+        Chunk(3, fresh),
+        Chunk(2, [nexts[1]], start=len(seqs[2])),
+    ]
+    logits = run(ours, cache, *prefill_batch(ours.config, chunks))
+    assert max_diff(logits[0:1], reference_logits(hf, [*seqs[0], nexts[0]])[-1:]) < TOL
+    assert max_diff(logits[1:6], reference_logits(hf, fresh)) < TOL
+    assert max_diff(logits[6:7], reference_logits(hf, [*seqs[2], nexts[1]])[-1:]) < TOL
+
+
+@pytest.mark.slow  # seconds per architecture; one prefill per architecture stays fast
+@pytest.mark.parametrize("arch", ARCHS)
 def test_greedy_decode_steps_match_transformers_on_the_sequence_so_far(arch, tmp_path):
     hf, ours = model_pair(arch, tmp_path)
     seqs = [random_tokens(n, seed=20 + n) for n in (3, 9, 6)]

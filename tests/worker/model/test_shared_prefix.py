@@ -5,7 +5,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from worker.model.shared_prefix import MIN_SHARED_ROWS, attend_shared, find_shared_prefixes
+from worker.model.shared_prefix import (
+    MAX_GROUPED_QUERY,
+    MIN_SHARED_ROWS,
+    attend_shared,
+    find_shared_prefixes,
+)
 
 G = 2  # query heads per kv head
 
@@ -33,18 +38,40 @@ def test_sequences_behind_the_same_rows_form_one_group_up_to_where_they_part():
         shared[:70] + list(range(700, 713)),  # parts at row 70
         list(range(900, 990)),  # shares nothing
     ]
-    starts, lengths = [80, 81, 82, 88], [2, 2, 1, 2]
+    starts, lengths = [80, 81, 81, 88], [2, 2, 2, 2]
     contexts = [s + n for s, n in zip(starts, lengths, strict=True)]
     read = slots_for(rows)
     mask = causal_mask(starts, lengths, read.shape[1])
     (group,) = find_shared_prefixes(read, starts, mask, lengths, G)
     assert group.seqs == (0, 1, 2)
     assert group.length == 70
-    for i, own in zip(group.seqs, group.own_masks, strict=True):
+    assert group.query_rows.tolist() == [0, 1, 2, 3, 4, 5]  # packed, two queries each
+    assert group.padded_rows.tolist() == [0, 1, 2, 3, 4, 5]
+    own_lengths = [c - 70 for c in contexts[:3]]
+    assert group.own_slots.shape == (3, max(own_lengths))
+    for s, i in enumerate(group.seqs):
+        own = own_lengths[s]
+        assert group.own_slots[s, :own].tolist() == rows[i][70 : contexts[i]]
         allowed = mask[i, : lengths[i] * G, 70 : contexts[i]]
-        assert own.shape == (1, 1, *allowed.shape)
-        assert torch.equal(own[0, 0] == 0, allowed)
-        assert torch.isneginf(own[0, 0][~allowed]).all()
+        own_mask = group.own_mask[s, 0, : lengths[i] * G, :own]
+        assert torch.equal(own_mask == 0, allowed)
+        assert torch.isneginf(own_mask[~allowed]).all()
+        assert torch.isneginf(group.own_mask[s, 0, : lengths[i] * G, own:]).all()
+
+
+def test_one_token_rows_and_long_chunks_do_not_join_the_tails():
+    shared = list(range(100, 100 + MIN_SHARED_ROWS))
+    lengths = [MAX_GROUPED_QUERY + 1, 3, 1, 3, 1]
+    rows = [[*shared, *range(500 + 100 * i, 500 + 100 * i + n)] for i, n in enumerate(lengths)]
+    starts = [MIN_SHARED_ROWS] * 5
+    read = slots_for(rows)
+    mask = causal_mask(starts, lengths, read.shape[1])
+    tails, decoding = find_shared_prefixes(read, starts, mask, lengths, G)
+    assert (tails.seqs, decoding.seqs) == ((1, 3), (2, 4))
+    first = MAX_GROUPED_QUERY + 1
+    assert tails.query_rows.tolist() == [*range(first, first + 3), *range(first + 4, first + 7)]
+    assert decoding.query_rows.tolist() == [first + 3, first + 7]
+    assert decoding.own_mask.shape[2] == G  # padded to one query, not a tail's three
 
 
 def test_no_group_for_one_sequence_short_shares_or_queries_inside_the_rows():
@@ -66,7 +93,7 @@ def test_no_group_for_one_sequence_short_shares_or_queries_inside_the_rows():
 def test_merged_attention_equals_attention_over_each_whole_context():
     torch.manual_seed(0)
     kvh, d = 3, 16
-    length, starts, lengths = 70, [70, 73, 70], [5, 1, 9]
+    length, starts, lengths = 70, [70, 73, 70, 75], [5, 1, 9, 1]
     keys, values = torch.randn(200, kvh, d), torch.randn(200, kvh, d)
     own_rows = [
         list(range(100 + 20 * i, 100 + 20 * i + s + n - length))
@@ -75,27 +102,25 @@ def test_merged_attention_equals_attention_over_each_whole_context():
     rows = [list(range(length)) + own for own in own_rows]
     read = slots_for(rows)
     mask = causal_mask(starts, lengths, read.shape[1])
-    (group,) = find_shared_prefixes(read, starts, mask, lengths, G)
-    queries = [torch.randn(kvh, n * G, d) for n in lengths]
-
-    def cached(cache: torch.Tensor, slots: list[int]) -> torch.Tensor:
-        return cache[slots].transpose(0, 1)
-
-    merged = attend_shared(
-        queries,
-        [cached(keys, own) for own in own_rows],
-        [cached(values, own) for own in own_rows],
-        cached(keys, list(range(length))),
-        cached(values, list(range(length))),
-        group,
-    )
-    for i, out in enumerate(merged):
-        context = starts[i] + lengths[i]
-        allowed = mask[i, : lengths[i] * G, :context]
+    tails, decoding = find_shared_prefixes(read, starts, mask, lengths, G)
+    queries = torch.randn(sum(lengths), kvh * G, d)  # packed (N, H, D)
+    merged = torch.empty(sum(lengths), kvh * G * d)
+    for group in (tails, decoding):
+        shared = torch.arange(length)
+        merged[group.query_rows] = attend_shared(queries, keys, values, shared, group)
+    offset = 0
+    for i, qlen in enumerate(lengths):
+        context = starts[i] + qlen
+        allowed = mask[i, : qlen * G, :context]
+        grouped = queries[offset : offset + qlen].view(qlen, kvh, G, d).transpose(0, 1)
         expected = F.scaled_dot_product_attention(
-            queries[i][None].double(),
-            cached(keys, rows[i]).double()[None],
-            cached(values, rows[i]).double()[None],
+            grouped.reshape(kvh, qlen * G, d)[None].double(),
+            keys[rows[i]].transpose(0, 1)[None].double(),
+            values[rows[i]].transpose(0, 1)[None].double(),
             allowed[None, None],
         )[0]
-        torch.testing.assert_close(out.double(), expected, atol=1e-6, rtol=1e-6)
+        expected = expected.view(kvh, qlen, G, d).transpose(0, 1).reshape(qlen, kvh * G * d)
+        torch.testing.assert_close(
+            merged[offset : offset + qlen].double(), expected, atol=1e-6, rtol=1e-6
+        )
+        offset += qlen
