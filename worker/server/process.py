@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 
@@ -11,6 +12,18 @@ from worker.server.worker_config import WorkerConfig
 from worker.server.worker_server import WorkerServer
 
 log = logging.getLogger(__name__)
+
+
+def freeze_loaded_heap() -> None:
+    """Put every object loading made (the model's modules, the tokenizer, the imported
+    libraries: ~435,000 on the default model) out of the garbage collector's reach.
+
+    Why: they live as long as the process, yet each full collection walked them all, ~155 ms
+    during which the engine thread stood still (a W2 decode step of 53 ms took 215 ms, 2-core
+    Xeon). Frozen, a full collection walks only what serving made since.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def serve_worker(
@@ -34,6 +47,7 @@ def serve_worker(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
+    freeze_loaded_heap()
     log.info("worker %s dialing %s", config.worker_id, config.gateway)
     try:
         server.run()
