@@ -77,7 +77,7 @@ class InferenceScheduler(DraftedDecode, SchedulerLoop):
         if chunks and decoding and self.config.mixed_steps:
             self._prefill(chunks, prefilling, decoding)
             return
-        if chunks and self._prefill(chunks, prefilling):
+        if chunks and self._prefill(chunks, prefilling, []):
             # Their first tokens leave now: the decode forward would hold them back for its
             # whole time (17-52 ms of W2's TTFT over HTTP on a 2-core Xeon, measured).
             self._flush()
@@ -145,9 +145,7 @@ class InferenceScheduler(DraftedDecode, SchedulerLoop):
             budget -= end - start
         return chunks, seqs
 
-    def _prefill(
-        self, chunks: list[Chunk], seqs: list[Sequence], decoding: list[Sequence] = ()
-    ) -> bool:
+    def _prefill(self, chunks: list[Chunk], seqs: list[Sequence], decoding: list[Sequence]) -> bool:
         """The prompt chunks in one forward, with one token of each `decoding` sequence
         riding in it (no drafts: the forward is a prompt's, not a decode step's); whether any
         prompt sampled its first token.

@@ -118,8 +118,9 @@ class Attention(nn.Module):
         offsets = [0]
         for qlen, _ in batch.seq_lengths:
             offsets.append(offsets[-1] + qlen)
-        single = [i for i, (qlen, _) in enumerate(batch.seq_lengths) if qlen == 1]
-        single = [i for i in single if i not in grouped]
+        single = [
+            i for i, (qlen, _) in enumerate(batch.seq_lengths) if qlen == 1 and i not in grouped
+        ]
         if len(single) > 1:
             rows = torch.tensor([offsets[i] for i in single], device=q.device)
             out.index_copy_(0, rows, self._attend_rows(q, k_cache, v_cache, batch, single, rows))
