@@ -53,6 +53,9 @@ def test_prefill_through_fused_blocks_equals_the_reference_layers(
     reference_logits = run(model, reference_cache, *prefill_batch(model.config, chunks))
     model.stacked_blocks = stacked
     assert len(calls) == 2 * model.config.num_layers  # the reference run made none
-    assert max_diff(fused_logits, reference_logits) < 1e-4
-    assert max_diff(cache.k, reference_cache.k) < 1e-5
-    assert max_diff(cache.v, reference_cache.v) < 1e-5
+    # 23 rows take the panel kernel, which on AMX carries each activation in two bf16 parts
+    # (16 significant bits): the fused and the reference norm round their outputs apart by
+    # an ulp, which shows there as ~2^-17 of a value (1e-4 on these logits, 7e-5 on k).
+    assert max_diff(fused_logits, reference_logits) < 5e-4
+    assert max_diff(cache.k, reference_cache.k) < 3e-4
+    assert max_diff(cache.v, reference_cache.v) < 3e-4

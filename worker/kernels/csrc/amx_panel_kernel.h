@@ -1,18 +1,20 @@
 // The panel kernel on AMX (Intel's tile matrix unit), for Q4_1 and Q8_0 weights: float32
-// results from bf16 tiles, every product exact.
+// results from bf16 tiles, the weights exact and each activation to 16 significant bits.
 //
-// Why exact, and how: a bf16 tile product rounds nothing but its inputs, so the weights go in
-// as their codes (Q4_1 0..15, Q8_0 -127..127: exact in bf16) and each block's scale d (and
-// Q4_1's minimum m) is applied afterwards in float32, as the direct kernel does:
-// out = sum_b d_b * (x . codes_b) + m_b * sum_b(x). Each activation is split into three bf16 parts, hi + mid + lo, which together
-// hold its 24 significant bits exactly (8 each); the tile unit multiplies each part by the
-// codes exactly and sums in float32. So the result differs from the float32 kernels only in
-// the order and rounding of its sums, where a plain bf16 matmul (the activations rounded to 8
-// bits) cut the float32 model's top-1 agreement.
+// How: a bf16 tile product rounds nothing but its inputs, so the weights go in as their codes
+// (Q4_1 0..15, Q8_0 -127..127: exact in bf16) and each block's scale d (and Q4_1's minimum
+// m) is applied afterwards in float32, as the direct kernel does:
+// out = sum_b d_b * (x . codes_b) + m_b * sum_b(x). Each activation is split into two bf16
+// parts, hi + lo, which together hold 16 of its 24 significant bits (rounded to nearest:
+// off by at most 2^-17 of it); the tile unit multiplies each part by the codes exactly and
+// sums in float32. A plain bf16 matmul (the activations rounded to 8 bits) cut the float32
+// model's top-1 agreement; with two parts the default model's logits stay within 1.2e-3 of
+// float32's (of ~41) and its top-1 agreement at 100%. A third part (all 24 bits, 9e-5) cost
+// 17% more time at 256 rows (docs/BENCHMARKS.md).
 //
-// Why it pays anyway: one tile product is 16 x 16 x 32 multiply-adds in ~16 cycles, 16 times
-// the FMA units' rate on the same core, so three of them plus the float32 scaling per block
-// still leave the float32 panel kernel far behind (measured in docs/BENCHMARKS.md).
+// Why it pays: one tile product is 16 x 16 x 32 multiply-adds in ~16 cycles, 16 times the FMA
+// units' rate on the same core, so two of them plus the float32 scaling per block still
+// leave the float32 panel kernel far behind (measured in docs/BENCHMARKS.md).
 //
 // Compiled in where -march=native has AMX-TILE, AMX-BF16 and AVX512-BF16; used once Linux has
 // granted this process the tile state (amx_ready).
@@ -38,7 +40,7 @@ namespace astrai {
 constexpr int64_t kAmxRows = 16;                    // activation rows per tile
 constexpr int64_t kAmxHalf = 2 * kTile;             // output columns per tile: two records
 constexpr int64_t kAmxMaxQuads = 4;                 // per call of amx_columns: 128 columns
-constexpr int64_t kAmxParts = 3;                    // bf16 parts per activation
+constexpr int64_t kAmxParts = 2;                    // bf16 parts per activation
 constexpr int64_t kAmxTileWords = kAmxRows * kBlock;  // 512 bf16, 1 KB
 
 // Linux hands a process the tile registers' 8 KB of state only when it asks (arch_prctl
@@ -67,12 +69,12 @@ inline __m512 bf16_to_float(__m256i words) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(words), 16));
 }
 
-// x (m, k) split for the tiles: for each 16-row tile t and block b, the three parts as three
+// x (m, k) split for the tiles: for each 16-row tile t and block b, the parts as kAmxParts
 // A tiles (row r: the block's 32 inputs of row 16 t + r), and sums[(t, b), r] the block's
 // inputs summed in order (the minimum's factor). Rows past m, to a whole pair of tiles, are
 // zeros.
 struct SplitRows {
-  const uint16_t* parts;  // (row tiles, blocks, 3, 16, 32)
+  const uint16_t* parts;  // (row tiles, blocks, kAmxParts, 16, 32)
   const float* sums;      // (row tiles, blocks, 16)
 };
 
@@ -104,7 +106,7 @@ inline SplitRows split_rows(const float* x, int64_t m, int64_t k, bool with_sums
           }
           __m512 low = _mm512_loadu_ps(src), high = _mm512_loadu_ps(src + 16);
           for (int64_t p = 0; p < kAmxParts; ++p) {
-            // Rounded to nearest, so what is left has at most 16, then 8 significant bits.
+            // Rounded to nearest, so what is left has at most 16 significant bits.
             const __m512i part = (__m512i)_mm512_cvtne2ps_pbh(high, low);
             _mm512_storeu_si512(words + p * kAmxTileWords, part);
             low = _mm512_sub_ps(low, bf16_to_float(_mm512_castsi512_si256(part)));
@@ -196,18 +198,22 @@ inline void convert_q8_0(const uint8_t* left, const uint8_t* right, uint16_t* ti
   _mm256_storeu_ps(scales + 24, _mm256_setzero_ps());
 }
 
-// acc[0 .. 16, 0 .. 16] += products * d (+ sums * m for Q4_1): one block's 16 x 16 tile,
-// scaled.
+// to[i, 0 .. 16] = from[i, 0 .. 16] (zero where from is null) + products * d (+ sums * m for
+// Q4_1), for rows i < rows: one block's 16 x 16 tile, scaled. The first block starts from
+// zero and the last writes the output rows, so the sums never pass through a zeroing or a
+// copy of their own (5% of a 256-token prefill, profiled).
 template <bool kQ8>
 inline void scale_products(const float* products, const float* scales, const float* sums,
-                           float* acc, int64_t acc_stride) {
+                           const float* from, int64_t from_stride, float* to, int64_t to_stride,
+                           int64_t rows) {
   const __m512 d = _mm512_loadu_ps(scales), m = _mm512_loadu_ps(scales + 16);
 #pragma GCC unroll 16
   for (int64_t i = 0; i < kAmxRows; ++i) {
-    float* row = acc + i * acc_stride;
-    __m512 start = _mm512_load_ps(row);
+    if (i >= rows) break;
+    __m512 start = from == nullptr ? _mm512_setzero_ps() : _mm512_loadu_ps(from + i * from_stride);
     if constexpr (!kQ8) start = _mm512_fmadd_ps(_mm512_set1_ps(sums[i]), m, start);
-    _mm512_store_ps(row, _mm512_fmadd_ps(_mm512_load_ps(products + i * kAmxHalf), d, start));
+    _mm512_storeu_ps(to + i * to_stride,
+                     _mm512_fmadd_ps(_mm512_load_ps(products + i * kAmxHalf), d, start));
   }
 }
 
@@ -217,7 +223,7 @@ inline void scale_products(const float* products, const float* scales, const flo
 //
 // Why this shape: the tile unit's products take ~16 cycles each but ~50 to finish, and every
 // block's sums leave the tiles to be scaled. Two row tiles by two 16-column halves are four
-// independent sums, 12 products a block, which hide that latency, and each loaded tile
+// independent sums, 8 products a block, which hide that latency, and each loaded tile
 // serves two products. Each row pair's parts are loaded once per block and quad, from L1
 // after the first quad; the codes of all blocks of the quads stay in L2.
 template <bool kQ8>
@@ -248,12 +254,15 @@ void amx_columns(const uint8_t* weights, int64_t blocks, int64_t quad0, int64_t 
   for (int64_t r = row0; r < row0 + count; r += 2 * kAmxRows) {
     const int64_t t = r / kAmxRows;
     const bool lone = m - r <= kAmxRows;  // the pair's second tile is all padding
-    std::fill_n(acc, 2 * kAmxRows * width, 0.0f);
+    const int64_t top_rows = std::min(kAmxRows, m - r);
+    const int64_t bottom_rows = std::clamp<int64_t>(m - r - kAmxRows, 0, kAmxRows);
+    float* o = out + r * out_stride + quad0 * 2 * kAmxHalf;
     for (int64_t b = 0; b < blocks; ++b) {
       const uint16_t* top = x.parts + (t * blocks + b) * kAmxParts * kAmxTileWords;
       const uint16_t* bottom = top + blocks * kAmxParts * kAmxTileWords;
       const float* top_sums = x.sums + (t * blocks + b) * kAmxRows;
       const float* bottom_sums = top_sums + blocks * kAmxRows;
+      const bool first = b == 0, last = b == blocks - 1;
       for (int64_t q = 0; q < quads; ++q) {
         const int64_t at = b * halves + 2 * q;
         _tile_loadd(2, codes + at * kAmxTileWords, 64);
@@ -261,7 +270,7 @@ void amx_columns(const uint8_t* weights, int64_t blocks, int64_t quad0, int64_t 
         _tile_zero(4);
         _tile_zero(5);
         if (lone) {
-          // The two halves' sums alone are two chains of three: slower a product, but half
+          // The two halves' sums alone are two chains of parts: slower a product, but half
           // the products of a padded pair.
           for (int64_t p = 0; p < kAmxParts; ++p) {
             _tile_loadd(0, top + p * kAmxTileWords, 64);
@@ -285,20 +294,25 @@ void amx_columns(const uint8_t* weights, int64_t blocks, int64_t quad0, int64_t 
         _tile_stored(4, products[0], 64);
         _tile_stored(5, products[1], 64);
         const float* s = scales + at * 2 * kAmxHalf;
-        float* a = acc + 2 * q * kAmxHalf;
-        scale_products<kQ8>(products[0], s, top_sums, a, width);
-        scale_products<kQ8>(products[1], s + 2 * kAmxHalf, top_sums, a + kAmxHalf, width);
-        if (!lone) {
-          float* below = a + kAmxRows * width;
-          scale_products<kQ8>(products[2], s, bottom_sums, below, width);
-          scale_products<kQ8>(products[3], s + 2 * kAmxHalf, bottom_sums, below + kAmxHalf,
-                              width);
+        // Each half: from acc (none on the first block), to acc (the output on the last).
+        for (int64_t half = 0; half < 2; ++half) {
+          const int64_t column = (2 * q + half) * kAmxHalf;
+          const float* scale = s + half * 2 * kAmxHalf;
+          float* a = acc + column;
+          const float* from = first ? nullptr : a;
+          float* to = last ? o + column : a;
+          const int64_t to_stride = last ? out_stride : width;
+          scale_products<kQ8>(products[half], scale, top_sums, from, width, to, to_stride,
+                              last ? top_rows : kAmxRows);
+          if (!lone) {
+            scale_products<kQ8>(products[2 + half], scale, bottom_sums,
+                                from == nullptr ? nullptr : from + kAmxRows * width, width,
+                                to + kAmxRows * to_stride, to_stride,
+                                last ? bottom_rows : kAmxRows);
+          }
         }
       }
     }
-    const int64_t rows = std::min(2 * kAmxRows, m - r);
-    float* o = out + r * out_stride + quad0 * 2 * kAmxHalf;
-    for (int64_t i = 0; i < rows; ++i) std::copy_n(acc + i * width, width, o + i * out_stride);
   }
   _tile_release();
 }

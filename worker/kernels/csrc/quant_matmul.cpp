@@ -125,15 +125,27 @@ void amx_panel(const at::Tensor& input, const Prologue& pro, const uint8_t* w, i
   const Rows rows = prepare_rows(input.data_ptr<float>(), m, k, kQ8, pro, false);
   const SplitRows split = split_rows(rows.x, m, k, !kQ8);
   const int64_t quads = tiles / 4, first_pair = 4 * quads;
-  // Rows in blocks of ~1 MB of parts (6 bytes an input), so that they stay in L2 while every
+  // Rows in blocks of ~1 MB of parts (2 bytes a part), so that they stay in L2 while every
   // group of columns passes over them. Each row block converts its groups' codes again;
   // all rows in one pass per group measured up to 8% slower at 512 rows all the same.
   const int64_t unit = 2 * kAmxRows;
-  const int64_t row_block = std::max<int64_t>(unit, (1 << 20) / (6 * k) / unit * unit);
+  const int64_t row_block =
+      std::max<int64_t>(unit, (1 << 20) / (2 * kAmxParts * k) / unit * unit);
   const int64_t row_blocks = (m + row_block - 1) / row_block;
   // Groups as wide as kAmxMaxQuads, but at least ~4 per thread to share the work evenly.
-  const int64_t wanted = std::max<int64_t>(1, 4 * at::get_num_threads() / row_blocks);
-  const int64_t width = std::clamp<int64_t>(quads / wanted, 1, kAmxMaxQuads);
+  const int64_t threads = at::get_num_threads();
+  const int64_t wanted = std::max<int64_t>(1, 4 * threads / row_blocks);
+  int64_t width = std::clamp<int64_t>(quads / wanted, 1, kAmxMaxQuads);
+  // Equal groups, as many for each thread: otherwise one thread computes the last group
+  // while the others wait (576 outputs: 9 groups of two quads on two threads).
+  for (int64_t w = kAmxMaxQuads; w >= 1; --w) {
+    const int64_t groups_per_block = quads / w;
+    if (quads % w == 0 && groups_per_block * row_blocks >= 2 * threads &&
+        groups_per_block * row_blocks % threads == 0) {
+      width = w;
+      break;
+    }
+  }
   const int64_t amx_groups = (quads + width - 1) / width;
   const int64_t groups = amx_groups + (tiles - first_pair + 1) / 2;
   parallel_chunks(row_blocks * groups, 1, [&](int64_t begin, int64_t end) {
