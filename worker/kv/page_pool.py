@@ -45,24 +45,35 @@ class PagePool:
             parent, parent_hash = page, self.prefix.hash_of(page)
         return pages
 
-    def partial_match(self, parent: int | None, tokens: Sequence[int]) -> tuple[int, int] | None:
-        """(page, n): a computed indexed page after `parent` whose first n >= 1 tokens are
-        `tokens`' first n, n as large as possible; None when no page starts like `tokens`."""
+    def partial_match(
+        self,
+        parent: int | None,
+        tokens: Sequence[int],
+        pending_too: bool = False,
+        skip: int | None = None,
+    ) -> tuple[int, int] | None:
+        """(page, n): an indexed page after `parent`, not `skip`, whose first n >= 1 tokens
+        are `tokens`' first n, n as large as possible (a computed page where two match as
+        far); None when no page starts like `tokens`. Computed pages only, unless
+        `pending_too`."""
         if not self.enable_prefix_caching or not tokens:
             return None
         best: tuple[int, int] | None = None
         for page, page_tokens in self.prefix.children(parent):
-            if page in self._pending:
+            if page == skip:
+                continue
+            is_pending = page in self._pending
+            if is_pending and not pending_too:
                 continue
             n = 0
             for ours, theirs in zip(tokens, page_tokens, strict=False):
                 if ours != theirs:
                     break
                 n += 1
-            if n and (best is None or n > best[1]):
+            if n == 0 or (best is not None and n < best[1]):
+                continue
+            if best is None or n > best[1] or not is_pending:
                 best = (page, n)
-                if n == len(tokens):
-                    break
         return best
 
     def index(

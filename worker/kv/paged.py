@@ -13,9 +13,11 @@ from worker.kv.task_table import TaskEntry, TaskTable
 # Reference counts: every page table that lists a page holds one reference to it. Only
 # full pages are ever indexed or shared. A prompt's partially filled last page is private
 # to its sequence, because that sequence writes its own generated tokens into the rest of
-# it. Where a new prompt's next tokens begin like a computed indexed page (after the same
-# full pages), admission copies those rows into the new sequence's own page instead of
-# computing them: a shared system prompt that ends mid-page costs no recomputation.
+# it. Where a new prompt's next tokens begin like an indexed page (after the same full
+# pages), those rows are copied into the new sequence's own page instead of computed: at
+# admission when that page is computed, else once it is; in the forward that computes it,
+# they are read from it in place and copied after. So a shared system prompt that ends
+# mid-page costs no recomputation, even for requests that arrive together with the first.
 
 
 class PageCache(KVCache):
@@ -56,35 +58,40 @@ class PageCache(KVCache):
             matched[num_computed_pages]
         ):
             num_computed_pages += 1
-        partial = None
-        if num_computed_pages == len(matched):
-            # Past the last full page that matches, a computed page may still start the
-            # same way (a shared system prompt ending mid-page): copy those rows.
-            start = len(matched) * ps
-            tail = tokens[start : min(start + ps, len(tokens) - 1)]
-            partial = self.pool.partial_match(matched[-1] if matched else None, tail)
+        # Past the last full page that matches, an indexed page may still start the same
+        # way (a shared system prompt ending mid-page): its rows need not be computed.
+        start = len(matched) * ps
+        tail = tokens[start : min(start + ps, len(tokens) - 1)]
+        partial = self.pool.partial_match(matched[-1] if matched else None, tail, True)
+        copy_now = (
+            partial is not None
+            and num_computed_pages == len(matched)
+            and not self.pool.is_pending(partial[0])
+        )
         need = self._num_pages_for(len(tokens)) - len(matched)
         # The watermark is kept for running sequences; with none, it would only keep a
         # prompt that fits the whole cache waiting forever.
         reserve = self.watermark_pages if len(self.table) else 0
-        reusing = [*matched, partial[0]] if partial else matched
+        reusing = [*matched, partial[0]] if partial and copy_now else matched
         if not self.pool.can_allocate(need, reusing, reserve):
             return None
         for page in reusing:  # the partial source too, so allocating cannot evict it
             self.pool.acquire(page)
         pages = matched + self.pool.allocate(need)
         num_copied = 0
-        if partial is not None:
+        if partial is not None and copy_now:
             source, num_copied = partial
             self.storage.copy_rows(source, pages[len(matched)], num_copied)
             self.pool.release(source, seq_id)
         num_cached = num_computed_pages * ps + num_copied
+        partial_tokens = tuple(tail[: partial[1]]) if partial and not copy_now else ()
         entry = TaskEntry(
             pages=pages,
             num_cached=num_cached,
-            num_shared=max(len(matched) * ps, num_cached),
+            num_shared=max(len(matched) * ps, num_cached) + len(partial_tokens),
             num_committed_pages=num_computed_pages,
             num_indexed_pages=len(matched),
+            partial_tokens=partial_tokens,
         )
         self.table.add(seq_id, entry)
         # Index this prompt's own full pages now, pending, so requests that arrive with the
@@ -111,7 +118,8 @@ class PageCache(KVCache):
         entry = self.table.get(seq_id)
         ps = self.page_size
         pos = start
-        while pos < entry.num_shared:
+        matched_end = entry.num_shared - len(entry.partial_tokens)
+        while pos < matched_end:
             page = entry.pages[pos // ps]
             if not self.pool.is_pending(page) or page in self._planned:
                 pos = (pos // ps + 1) * ps
@@ -121,18 +129,60 @@ class PageCache(KVCache):
             # Orphaned: its owner left before computing it. Compute it, and the rest, here;
             # those tokens were counted as hits at admission and no longer are.
             self.pool.adopt(page, seq_id)
-            self._hit_tokens -= entry.num_shared - pos
-            entry.num_shared = pos
+            self._share_less(entry, entry.num_shared - pos)
             entry.num_indexed_pages = min(entry.num_indexed_pages, pos // ps)
+            return pos
+        if entry.partial_tokens and pos == matched_end:
+            return self._take_partial(entry, pos)
         return pos
 
+    def _take_partial(self, entry: TaskEntry, pos: int) -> int | None:
+        """Where the sequence computes from, its partial rows copied or read in place; None
+        while the page they come from is computed in a later step."""
+        ps = self.page_size
+        parent = entry.pages[pos // ps - 1] if pos else None
+        # Found again: since admission its owner may have left, and another page taken over;
+        # never this sequence's own page, indexed with the same first tokens.
+        own = entry.pages[pos // ps]
+        found = self.pool.partial_match(parent, entry.partial_tokens, True, skip=own)
+        if found is None:
+            self._share_less(entry, len(entry.partial_tokens))
+            return pos
+        source, n = found
+        self._share_less(entry, len(entry.partial_tokens) - n)
+        if self.pool.is_pending(source) and source not in self._planned:
+            return None  # its owner computes it in a later step
+        if self.pool.is_pending(source):
+            entry.read_from = source  # computed in this forward: read there, copied at commit
+        else:
+            self.storage.copy_rows(source, own, n)
+            entry.partial_tokens = ()
+        return pos + n
+
+    def _share_less(self, entry: TaskEntry, num_tokens: int) -> None:
+        """`num_tokens` of the shared ones are the sequence's own to compute after all."""
+        self._hit_tokens -= num_tokens
+        entry.num_shared -= num_tokens
+        if num_tokens >= len(entry.partial_tokens):
+            entry.partial_tokens = ()
+        else:
+            entry.partial_tokens = entry.partial_tokens[: len(entry.partial_tokens) - num_tokens]
+
     def plan(self, seq_id: int, start: int, end: int) -> None:
-        pages = self.table.get(seq_id).pages
+        entry = self.table.get(seq_id)
         for i in range(start // self.page_size, end // self.page_size):
-            self._planned.add(pages[i])
+            self._planned.add(entry.pages[i])
+        if entry.read_from is not None:
+            # Its first rows are copied only after the forward: others may not read it in it.
+            self._planned.discard(entry.pages[start // self.page_size])
 
     def commit(self, seq_id: int, tokens: Sequence[int], num_computed: int) -> None:
         entry = self.table.get(seq_id)
+        if entry.read_from is not None:  # the forward computed them: now they are ours
+            partial_start = entry.num_shared - len(entry.partial_tokens)
+            page = entry.pages[partial_start // self.page_size]
+            self.storage.copy_rows(entry.read_from, page, len(entry.partial_tokens))
+            entry.read_from, entry.partial_tokens = None, ()
         num_full = num_computed // self.page_size
         for i in range(entry.num_committed_pages, num_full):
             self.pool.mark_computed(entry.pages[i])
@@ -175,6 +225,12 @@ class PageCache(KVCache):
         # (a gather, a multiply and a modulo over every position cost ~3x as much per step).
         table = torch.tensor(rows, dtype=torch.int64) * ps  # (B, pages)
         slots = (table[:, :, None] + torch.arange(ps)).view(len(rows), -1)
+        for row, seq_id in enumerate(seq_ids):
+            entry = self.table.get(seq_id)
+            if entry.read_from is not None:  # rows computed in this forward by another
+                n = len(entry.partial_tokens)
+                at = entry.num_shared - n
+                slots[row, at : at + n] = entry.read_from * ps + torch.arange(n)
         return slots[:, :longest].contiguous()
 
     def stats(self) -> CacheStats:

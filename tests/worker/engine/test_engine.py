@@ -221,11 +221,18 @@ def test_prompts_sharing_a_system_prompt_prefilled_together_answer_as_each_afres
     engine: InferenceEngine,
 ):
     """Arriving together, the first computes the system prompt and the others' tails attend
-    over its rows together (worker.model.shared_prefix); each answer is the one computed
-    afresh, without the cache."""
+    over its rows together (worker.model.shared_prefix), the rows past its last full page
+    taken from the first's too; each answer is the one computed afresh, without the cache."""
     system = {"role": "system", "content": TEACHER_TEXT[:400]}
     questions = ("Sum it up.", "Why stars?", "Name one telescope.", "What is a pulsar?")
     prompts = [[system, {"role": "user", "content": q}] for q in questions]
+    ids = [engine.requests.prompt_token_ids(p) for p in prompts]
+    common = min(
+        next(i for i, (a, b) in enumerate(zip(ids[0], other, strict=False)) if a != b)
+        for other in ids[1:]
+    )
+    assert common % engine.options.page_size, "the shared prefix must end mid-page here"
+    hits_before = engine.get_stats().prefix_cache_hit_tokens
     runner = engine.scheduler.runner
     build = runner.build_batch
     groups: list[int] = []
@@ -241,6 +248,9 @@ def test_prompts_sharing_a_system_prompt_prefilled_together_answer_as_each_afres
     finally:
         del runner.build_batch
     assert groups and max(groups) >= 2, "the tails should have shared the prompt's rows"
+    # Each other prompt's whole shared prefix, its last rows too (the first's own hits, from
+    # earlier tests' prompts, come on top).
+    assert engine.get_stats().prefix_cache_hit_tokens - hits_before >= 3 * common
     with InferenceEngine(dtype="float32", kv_cache_mb=64, enable_prefix_caching=False) as fresh:
         assert greedy_token_ids(fresh, prompts, max_tokens=12) == together
 

@@ -497,15 +497,90 @@ def test_a_prompt_diverging_mid_page_copies_the_rows_it_shares() -> None:
     assert cache.shared_ready(2, 10) == 10
 
 
-def test_no_rows_are_copied_from_a_pending_page_or_behind_one() -> None:
+def test_rows_a_pending_page_shares_are_copied_once_it_is_computed() -> None:
     cache = make_cache()
     long_prompt = [*PROMPT, 11, 12, 13]
+    other = [*PROMPT, 11, 50]
     assert cache.admit(1, long_prompt) == Admission(0, 0)  # pages 0..2 pending
-    # Shares the pending full pages; page 2 (9..12) is pending too, so nothing is copied.
-    assert cache.admit(2, [*PROMPT, 11, 50]) == Admission(0, 8)
-    compute(cache, 1, long_prompt, 0, len(long_prompt))
+    # The pending full pages, and 9..11 of page 2 (9..12), pending too: shared, not computed.
+    assert cache.admit(2, other) == Admission(0, 11)
+    k = cache.storage.k
+
+    cache.begin_step()  # the owner computes pages 0 and 1: page 2 is not ready
+    assert cache.shared_ready(1, 0) == 0
+    cache.plan(1, 0, 8)
+    assert cache.shared_ready(2, 0) is None
+    cache.commit(1, long_prompt, 8)
+
+    cache.begin_step()
+    assert cache.shared_ready(1, 8) == 8
+    cache.plan(1, 8, 13)
+    compute(cache, 1, long_prompt, 8, 13)
+    k[0, 2] = torch.arange(PS * 2, dtype=torch.float32).view(PS, 1, 2)  # page 2 computed
+    cache.begin_step()
+    assert cache.shared_ready(2, 0) == 11  # copied now: it computes token 50 only
+    own = cache.pages_of(2)[2]
+    torch.testing.assert_close(k[0, own, :3], k[0, 2, :3])
+    assert not k[0, own, 3:].any()
+    assert cache.stats().hit_tokens == 11
+
+
+def test_a_pending_page_computed_in_the_same_forward_is_read_in_place_then_copied() -> None:
+    cache = make_cache()
+    long_prompt = [*PROMPT, 11, 12, 13]
+    other = [*PROMPT, 11, 50, 51, 52, 53, 54]  # 9..11 shared, page 2 its own and full
+    cache.admit(1, long_prompt)
+    cache.admit(2, other)
+    third = [*other[:12], 60]  # would share all of the second's page 2
+    compute(cache, 1, long_prompt, 0, 8)
+
+    cache.begin_step()  # the owner completes page 2 in the forward the sharer starts in
+    assert cache.shared_ready(1, 8) == 8
+    cache.plan(1, 8, 13)
+    assert cache.shared_ready(2, 0) == 11
+    cache.plan(2, 11, 16)
+    own, last = cache.pages_of(2)[2:]
+    rows = cache.read_slots([2], [16])[0]
+    assert rows[8:11].tolist() == [2 * PS, 2 * PS + 1, 2 * PS + 2]  # the owner's page 2
+    assert rows[11:16].tolist() == [own * PS + 3, *(last * PS + i for i in range(PS))]
+    # A prompt sharing the sharer's page 2 must wait: its first rows are copied after.
+    assert cache.admit(3, third) == Admission(8, 12)
+    assert cache.shared_ready(3, 8) is None
+
+    k = cache.storage.k
+    k[0, 2] = torch.arange(PS * 2, dtype=torch.float32).view(PS, 1, 2)  # the forward
+    cache.commit(1, long_prompt, 13)
+    cache.commit(2, other, 16)
+    torch.testing.assert_close(k[0, own, :3], k[0, 2, :3])
+    assert cache.read_slots([2], [16])[0, 8:11].tolist() == [own * PS + i for i in range(3)]
+    cache.begin_step()
+    assert cache.shared_ready(3, 8) == 12
+
+
+def test_rows_of_a_page_its_owner_left_uncomputed_are_computed_after_all() -> None:
+    cache = make_cache()
+    long_prompt = [*PROMPT, 11, 12, 13]
+    cache.admit(1, long_prompt)
+    assert cache.admit(2, [*PROMPT, 11, 50]) == Admission(0, 11)
+    compute(cache, 1, long_prompt, 0, 8)
+    cache.release(1)  # page 2 orphaned, out of the index
+    cache.begin_step()
+    assert cache.shared_ready(2, 0) == 8
+    assert cache.stats().hit_tokens == 8
+
+
+def test_no_rows_are_copied_from_the_sequences_own_page() -> None:
+    cache = make_cache()
+    cache.admit(1, [*PROMPT, 11, 12, 13])
+    second = [*PROMPT, 11, 12, 13, 14]
+    cache.admit(2, second)  # its pages 0..2 are the first's: page 3 its own
+    third = [*PROMPT, 11, 12, 13, 14, 15, 16, 17, 18]
+    cache.release(1)
     cache.release(2)
-    assert cache.admit(3, [*PROMPT, 11, 50]) == Admission(11, 11)
+    # Nothing of the index is left: the third shares nothing, and never waits for itself.
+    assert cache.admit(3, third) == Admission(0, 0)
+    cache.begin_step()
+    assert cache.shared_ready(3, 0) == 0
 
 
 def test_a_prompt_diverging_inside_its_first_page_copies_from_a_cached_first_page() -> None:
@@ -576,9 +651,10 @@ class PageCacheMachine(RuleBasedStateMachine):
             assert snapshot(self.cache) == before
             return False
         num_cached, num_shared = admission
-        # Whole pages, plus rows copied from a cached page when every matched page is
-        # computed; never the last token.
-        assert num_shared % PS == 0 or num_cached == num_shared
+        # Whole pages, plus the rows of a page after them that begins the same way: copied at
+        # admission when it and every matched page are computed, else later; never the
+        # last token.
+        assert num_cached % PS == 0 or num_cached == num_shared
         assert 0 <= num_cached <= num_shared <= len(tokens) - 1
         assert len(self.cache.pages_of(seq_id)) == -(-len(tokens) // PS)
         assert self.cache.stats().hit_tokens == hit_tokens + num_shared
