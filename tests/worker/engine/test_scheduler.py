@@ -118,6 +118,29 @@ def test_first_tokens_are_flushed_before_a_decode_forward_of_their_step(
     assert happened == (["prefill"] if mixed else ["prefill", "flush 2", "decode"])
 
 
+@pytest.mark.parametrize("mixed", [True, False], ids=["riding", "own-forward"])
+def test_a_new_stream_rides_in_the_next_prompt_chunk_rather_than_delay_it(
+    default_model_dir: Path, mixed: bool
+):
+    stack = tiny_stack(default_model_dir, budget=8, mixed_steps=mixed)
+    calls = record_forwards(stack)
+    stack.submit([7, 8, 9], "short", max_tokens=3)
+    stack.submit(list(range(2000, 2012)), "long", max_tokens=3)
+    stack.scheduler.step()  # short's prompt and long's first 5 tokens: short samples
+    stack.scheduler.step()
+    shapes = [[len(c.token_ids) for c in call] for call in calls]
+    # Riding: long's next chunk comes at once, short's second token in its forward; else
+    # each step's prompt forward is followed by a decode forward.
+    assert shapes == ([[3, 5], [7, 1]] if mixed else [[3, 5], [1], [7], [1, 1]])
+    stack.run()
+    assert stack.collector.token_ids("short") == solo_tokens(
+        default_model_dir, [7, 8, 9], max_tokens=3
+    )
+    assert stack.collector.token_ids("long") == solo_tokens(
+        default_model_dir, list(range(2000, 2012)), max_tokens=3
+    )
+
+
 @pytest.mark.slow  # seconds: the tiny model over the default tokenizer, many steps
 @pytest.mark.parametrize("budget", [512, 8])
 def test_requests_arriving_together_compute_a_shared_prefix_once(
@@ -132,6 +155,28 @@ def test_requests_arriving_together_compute_a_shared_prefix_once(
     assert stack.cache.stats().hit_tokens == 3 * 32
     expected = solo_tokens(default_model_dir, PROMPT_33, max_tokens=5)
     assert all(stack.collector.token_ids(f"r{i}") == expected for i in range(4))
+
+
+@pytest.mark.slow  # seconds: the tiny model over the default tokenizer, many steps
+@pytest.mark.parametrize("budget", [512, 8])
+def test_requests_arriving_together_share_a_prefix_ending_mid_page(
+    default_model_dir: Path, budget: int
+):
+    """The rows past the last shared full page are read where the first prompt computes
+    them (budget 512: all in one forward) or copied once it has (budget 8), never computed
+    again."""
+    stack = tiny_stack(default_model_dir, budget=budget)
+    shared = list(range(1000, 1030))  # 7 full pages of 4 and two tokens over
+    prompts = [[*shared, *range(3000 + 10 * i, 3003 + 10 * i)] for i in range(4)]
+    for i, prompt in enumerate(prompts):
+        stack.submit(prompt, f"r{i}", max_tokens=5)
+    stack.run()
+    assert stack.scheduler.counters.prefill_tokens == 33 + 3 * 3  # the others: their own 3
+    assert stack.cache.stats().hit_tokens == 3 * 30
+    for i, prompt in enumerate(prompts):
+        assert stack.collector.token_ids(f"r{i}") == solo_tokens(
+            default_model_dir, prompt, max_tokens=5
+        )
 
 
 @pytest.mark.slow  # seconds: the tiny model over the default tokenizer, many steps
