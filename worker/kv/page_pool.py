@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from worker.kv.allocator import Allocator
 from worker.kv.prefix import ROOT_HASH, PrefixCache
@@ -49,13 +49,13 @@ class PagePool:
         self,
         parent: int | None,
         tokens: Sequence[int],
-        pending_too: bool = False,
+        pending_ok: Callable[[int], bool] | None = None,
         skip: int | None = None,
     ) -> tuple[int, int] | None:
         """(page, n): an indexed page after `parent`, not `skip`, whose first n >= 1 tokens
         are `tokens`' first n, n as large as possible (a computed page where two match as
-        far); None when no page starts like `tokens`. Computed pages only, unless
-        `pending_too`."""
+        far); None when no page starts like `tokens`. Computed pages, and pending ones that
+        `pending_ok` accepts."""
         if not self.enable_prefix_caching or not tokens:
             return None
         best: tuple[int, int] | None = None
@@ -63,7 +63,7 @@ class PagePool:
             if page == skip:
                 continue
             is_pending = page in self._pending
-            if is_pending and not pending_too:
+            if is_pending and (pending_ok is None or not pending_ok(page)):
                 continue
             n = 0
             for ours, theirs in zip(tokens, page_tokens, strict=False):

@@ -62,7 +62,9 @@ class PageCache(KVCache):
         # way (a shared system prompt ending mid-page): its rows need not be computed.
         start = len(matched) * ps
         tail = tokens[start : min(start + ps, len(tokens) - 1)]
-        partial = self.pool.partial_match(matched[-1] if matched else None, tail, True)
+        partial = self.pool.partial_match(
+            matched[-1] if matched else None, tail, pending_ok=self._computed_without_waiting
+        )
         copy_now = (
             partial is not None
             and num_computed_pages == len(matched)
@@ -84,21 +86,32 @@ class PageCache(KVCache):
             self.storage.copy_rows(source, pages[len(matched)], num_copied)
             self.pool.release(source, seq_id)
         num_cached = num_computed_pages * ps + num_copied
-        partial_tokens = tuple(tail[: partial[1]]) if partial and not copy_now else ()
         entry = TaskEntry(
             pages=pages,
             num_cached=num_cached,
-            num_shared=max(len(matched) * ps, num_cached) + len(partial_tokens),
+            num_shared=max(len(matched) * ps, num_cached),
             num_committed_pages=num_computed_pages,
             num_indexed_pages=len(matched),
-            partial_tokens=partial_tokens,
         )
+        if partial is not None and not copy_now:  # taken once the source is computed
+            source, n = partial
+            entry.partial_tokens = tuple(tail[:n])
+            entry.partial_source, entry.partial_owner = source, self.pool.owner_of(source)
+            entry.num_shared += n
         self.table.add(seq_id, entry)
         # Index this prompt's own full pages now, pending, so requests that arrive with the
         # same prefix while it is being computed share them instead of computing them again.
         self._index_pages(entry, tokens, len(tokens) // ps, owner=seq_id)
         self._hit_tokens += entry.num_shared
         return Admission(entry.num_cached, entry.num_shared)
+
+    def _computed_without_waiting(self, page: int) -> bool:
+        """Whether a pending page's owner computes it with no partial page of its own to wait
+        for: rows copied from it never wait in a chain (in W2 the tails' own pages began like
+        one another's by a token or two more than like the first prompt's, and each waited a
+        forward for the last)."""
+        owner = self.pool.owner_of(page)
+        return owner is not None and not self.table.get(owner).partial_tokens
 
     def _index_pages(
         self, entry: TaskEntry, tokens: Sequence[int], num_full: int, owner: int | None
@@ -139,32 +152,35 @@ class PageCache(KVCache):
     def _take_partial(self, entry: TaskEntry, pos: int) -> int | None:
         """Where the sequence computes from, its partial rows copied or read in place; None
         while the page they come from is computed in a later step."""
+        n = len(entry.partial_tokens)
+        source, owner = entry.partial_source, entry.partial_owner
+        if source is not None and owner is not None and self.pool.owner_of(source) == owner:
+            # Still its owner's to compute, admitted before this sequence: never a wait in
+            # a circle (a page indexed since could belong to one that waits for this one).
+            if source not in self._planned:
+                return None
+            entry.read_from = source  # computed in this forward: read there, copied at commit
+            return pos + n
+        # Its owner computed it, or left: any computed page that starts the same way.
         ps = self.page_size
         parent = entry.pages[pos // ps - 1] if pos else None
-        # Found again: since admission its owner may have left, and another page taken over;
-        # never this sequence's own page, indexed with the same first tokens.
         own = entry.pages[pos // ps]
-        found = self.pool.partial_match(parent, entry.partial_tokens, True, skip=own)
+        found = self.pool.partial_match(parent, entry.partial_tokens, skip=own)
         if found is None:
-            self._share_less(entry, len(entry.partial_tokens))
+            self._share_less(entry, n)
             return pos
-        source, n = found
-        self._share_less(entry, len(entry.partial_tokens) - n)
-        if self.pool.is_pending(source) and source not in self._planned:
-            return None  # its owner computes it in a later step
-        if self.pool.is_pending(source):
-            entry.read_from = source  # computed in this forward: read there, copied at commit
-        else:
-            self.storage.copy_rows(source, own, n)
-            entry.partial_tokens = ()
-        return pos + n
+        source, copied = found
+        self._share_less(entry, n - copied)
+        self.storage.copy_rows(source, own, copied)
+        entry.partial_tokens, entry.partial_source, entry.partial_owner = (), None, None
+        return pos + copied
 
     def _share_less(self, entry: TaskEntry, num_tokens: int) -> None:
         """`num_tokens` of the shared ones are the sequence's own to compute after all."""
         self._hit_tokens -= num_tokens
         entry.num_shared -= num_tokens
         if num_tokens >= len(entry.partial_tokens):
-            entry.partial_tokens = ()
+            entry.partial_tokens, entry.partial_source, entry.partial_owner = (), None, None
         else:
             entry.partial_tokens = entry.partial_tokens[: len(entry.partial_tokens) - num_tokens]
 
@@ -183,6 +199,7 @@ class PageCache(KVCache):
             page = entry.pages[partial_start // self.page_size]
             self.storage.copy_rows(entry.read_from, page, len(entry.partial_tokens))
             entry.read_from, entry.partial_tokens = None, ()
+            entry.partial_source = entry.partial_owner = None
         num_full = num_computed // self.page_size
         for i in range(entry.num_committed_pages, num_full):
             self.pool.mark_computed(entry.pages[i])

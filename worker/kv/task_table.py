@@ -16,6 +16,8 @@ class TaskEntry:
     # computed at admission begins with too: their rows are copied from it once it is (or
     # read from it in place in the forward that computes it). Counted in num_shared.
     partial_tokens: tuple[int, ...] = ()
+    partial_source: int | None = None  # that page
+    partial_owner: int | None = None  # the sequence computing it, admitted before this one
     read_from: int | None = None  # that page, read in place in this step's forward
 
 

@@ -569,6 +569,28 @@ def test_rows_of_a_page_its_owner_left_uncomputed_are_computed_after_all() -> No
     assert cache.stats().hit_tokens == 8
 
 
+def test_rows_never_come_from_a_page_whose_owner_waits_for_rows_of_its_own() -> None:
+    """In a chain of such waits each link cost a forward (W2's tails, each like another's)."""
+    cache = make_cache()
+    cache.admit(0, [*PROMPT, 40, 41, 42])  # page 2: 9, 10, 40, 41
+    assert cache.admit(1, [*PROMPT, 11, 50, 51, 52, 53]) == Admission(0, 10)  # 9, 10 from it
+    # Sequence 1's page 2 (9, 10, 11, 50) begins more like this one, but waits for rows.
+    assert cache.admit(2, [*PROMPT, 11, 77, 78]) == Admission(0, 10)
+
+
+def test_a_source_whose_owner_left_is_not_replaced_by_a_later_pending_page() -> None:
+    cache = make_cache()
+    cache.admit(0, [1, 1, 1, 1])  # a pending page starting with 1
+    assert cache.admit(1, [*PROMPT, 1]) == Admission(0, 1)  # its token 1 from that page
+    cache.release(0)
+    assert cache.admit(2, [1, 1, 1, 1, 1]) == Admission(0, 0)
+    cache.begin_step()
+    # Only sequence 2's page, indexed after sequence 1, starts with 1 now: 1 computes it
+    # (waiting for a later sequence could close a circle).
+    assert cache.shared_ready(1, 0) == 0
+    assert cache.stats().hit_tokens == 0
+
+
 def test_no_rows_are_copied_from_the_sequences_own_page() -> None:
     cache = make_cache()
     cache.admit(1, [*PROMPT, 11, 12, 13])
