@@ -235,19 +235,22 @@ class PageCache(KVCache):
         longest = max(lengths)
         num_pages = self._num_pages_for(longest)
         rows = []
+        in_place: list[tuple[int, TaskEntry]] = []
         for seq_id, length in zip(seq_ids, lengths, strict=True):
-            pages = self.table.get(seq_id).pages[: self._num_pages_for(length)]
+            entry = self.table.get(seq_id)
+            pages = entry.pages[: self._num_pages_for(length)]
             rows.append(pages + [0] * (num_pages - len(pages)))  # page 0: valid, masked off
+            if entry.read_from is not None:
+                in_place.append((len(rows) - 1, entry))
         # Page-major: each page's rows are consecutive. One tensor and one broadcast add
         # (a gather, a multiply and a modulo over every position cost ~3x as much per step).
         table = torch.tensor(rows, dtype=torch.int64) * ps  # (B, pages)
         slots = (table[:, :, None] + torch.arange(ps)).view(len(rows), -1)
-        for row, seq_id in enumerate(seq_ids):
-            entry = self.table.get(seq_id)
-            if entry.read_from is not None:  # rows computed in this forward by another
-                n = len(entry.partial_tokens)
-                at = entry.num_shared - n
-                slots[row, at : at + n] = entry.read_from * ps + torch.arange(n)
+        for row, entry in in_place:  # rows another sequence computes in this very forward
+            assert entry.read_from is not None
+            n = len(entry.partial_tokens)
+            at = entry.num_shared - n
+            slots[row, at : at + n] = entry.read_from * ps + torch.arange(n)
         return slots[:, :longest].contiguous()
 
     def stats(self) -> CacheStats:
