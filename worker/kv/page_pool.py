@@ -50,18 +50,15 @@ class PagePool:
         parent: int | None,
         tokens: Sequence[int],
         pending_ok: Callable[[int], bool] | None = None,
-        skip: int | None = None,
     ) -> tuple[int, int] | None:
-        """(page, n): an indexed page after `parent`, not `skip`, whose first n >= 1 tokens
-        are `tokens`' first n, n as large as possible (a computed page where two match as
-        far); None when no page starts like `tokens`. Computed pages, and pending ones that
-        `pending_ok` accepts."""
+        """(page, n): an indexed page after `parent` whose first n >= 1 tokens are `tokens`'
+        first n, n as large as possible (a computed page where two match as far); None when
+        no page starts like `tokens`. Computed pages, and pending ones that `pending_ok`
+        accepts."""
         if not self.enable_prefix_caching or not tokens:
             return None
         best: tuple[int, int] | None = None
         for page, page_tokens in self.prefix.children(parent):
-            if page == skip:
-                continue
             is_pending = page in self._pending
             if is_pending and (pending_ok is None or not pending_ok(page)):
                 continue

@@ -154,25 +154,25 @@ class PageCache(KVCache):
         while the page they come from is computed in a later step."""
         n = len(entry.partial_tokens)
         source, owner = entry.partial_source, entry.partial_owner
-        if source is not None and owner is not None and self.pool.owner_of(source) == owner:
+        if owner is not None and self.pool.owner_of(source) == owner:
             # Still its owner's to compute, admitted before this sequence: never a wait in
             # a circle (a page indexed since could belong to one that waits for this one).
             if source not in self._planned:
                 return None
             entry.read_from = source  # computed in this forward: read there, copied at commit
             return pos + n
-        # Its owner computed it, or left: any computed page that starts the same way.
+        # Its owner computed it, or left: any computed page that starts the same way (never
+        # this sequence's own, pending until it computes past these rows).
         ps = self.page_size
         parent = entry.pages[pos // ps - 1] if pos else None
-        own = entry.pages[pos // ps]
-        found = self.pool.partial_match(parent, entry.partial_tokens, skip=own)
+        found = self.pool.partial_match(parent, entry.partial_tokens)
         if found is None:
             self._share_less(entry, n)
             return pos
         source, copied = found
         self._share_less(entry, n - copied)
-        self.storage.copy_rows(source, own, copied)
-        entry.partial_tokens, entry.partial_source, entry.partial_owner = (), None, None
+        self.storage.copy_rows(source, entry.pages[pos // ps], copied)
+        entry.drop_partial()
         return pos + copied
 
     def _share_less(self, entry: TaskEntry, num_tokens: int) -> None:
@@ -180,7 +180,7 @@ class PageCache(KVCache):
         self._hit_tokens -= num_tokens
         entry.num_shared -= num_tokens
         if num_tokens >= len(entry.partial_tokens):
-            entry.partial_tokens, entry.partial_source, entry.partial_owner = (), None, None
+            entry.drop_partial()
         else:
             entry.partial_tokens = entry.partial_tokens[: len(entry.partial_tokens) - num_tokens]
 
@@ -198,8 +198,7 @@ class PageCache(KVCache):
             partial_start = entry.num_shared - len(entry.partial_tokens)
             page = entry.pages[partial_start // self.page_size]
             self.storage.copy_rows(entry.read_from, page, len(entry.partial_tokens))
-            entry.read_from, entry.partial_tokens = None, ()
-            entry.partial_source = entry.partial_owner = None
+            entry.drop_partial()
         num_full = num_computed // self.page_size
         for i in range(entry.num_committed_pages, num_full):
             self.pool.mark_computed(entry.pages[i])
@@ -235,22 +234,20 @@ class PageCache(KVCache):
         longest = max(lengths)
         num_pages = self._num_pages_for(longest)
         rows = []
-        in_place: list[tuple[int, TaskEntry]] = []
+        in_place: list[tuple[int, int, int, int]] = []  # (row, source page, position, n)
         for seq_id, length in zip(seq_ids, lengths, strict=True):
             entry = self.table.get(seq_id)
             pages = entry.pages[: self._num_pages_for(length)]
             rows.append(pages + [0] * (num_pages - len(pages)))  # page 0: valid, masked off
             if entry.read_from is not None:
-                in_place.append((len(rows) - 1, entry))
+                n = len(entry.partial_tokens)
+                in_place.append((len(rows) - 1, entry.read_from, entry.num_shared - n, n))
         # Page-major: each page's rows are consecutive. One tensor and one broadcast add
         # (a gather, a multiply and a modulo over every position cost ~3x as much per step).
         table = torch.tensor(rows, dtype=torch.int64) * ps  # (B, pages)
         slots = (table[:, :, None] + torch.arange(ps)).view(len(rows), -1)
-        for row, entry in in_place:  # rows another sequence computes in this very forward
-            assert entry.read_from is not None
-            n = len(entry.partial_tokens)
-            at = entry.num_shared - n
-            slots[row, at : at + n] = entry.read_from * ps + torch.arange(n)
+        for row, source, at, n in in_place:  # rows another sequence computes in this forward
+            slots[row, at : at + n] = source * ps + torch.arange(n)
         return slots[:, :longest].contiguous()
 
     def stats(self) -> CacheStats:

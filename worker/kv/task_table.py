@@ -20,6 +20,11 @@ class TaskEntry:
     partial_owner: int | None = None  # the sequence computing it, admitted before this one
     read_from: int | None = None  # that page, read in place in this step's forward
 
+    def drop_partial(self) -> None:
+        """The partial rows are this sequence's now (copied), or its own to compute."""
+        self.partial_tokens, self.partial_source, self.partial_owner = (), None, None
+        self.read_from = None
+
 
 class TaskTable:
     def __init__(self) -> None:
