@@ -45,8 +45,16 @@ class CompiledDecode:
         return self._compiled(input_ids, batch, kv_layers)
 
     @torch.inference_mode()  # the runner's tensors are inference tensors: same guards
-    def warm_up(self, cache: KVCache, device: torch.device) -> None:
-        """Compile every graph now, so no request waits for it; then clear the rows used."""
+    def warm_up(
+        self,
+        cache: KVCache,
+        device: torch.device,
+        prepare: Callable[[ForwardBatch], ForwardBatch] = lambda batch: batch,
+    ) -> None:
+        """Compile every graph now, so no request waits for it; then clear the rows used.
+
+        `prepare` completes each batch as the runner would (ModelRunner.with_attention_plan).
+        """
         start = time.monotonic()
         for num_seqs, context in _WARMUP_SHAPES:
             # Fresh tensors laid out as ModelRunner.build_batch lays them out: strides are
@@ -64,7 +72,7 @@ class CompiledDecode:
                 max_query_len=1,
             )
             input_ids = torch.zeros(num_seqs, dtype=torch.int64, device=device)
-            self._compiled(input_ids, batch, cache.layer_views())
+            self._compiled(input_ids, prepare(batch), cache.layer_views())
         # The warm-up wrote k/v into rows no sequence owns yet; leave them as they were.
         cache.storage.k.zero_()
         cache.storage.v.zero_()

@@ -106,11 +106,10 @@ class InferenceEngine(GenerationAPI):
         )
         self.max_model_len = min(context, self.cache.max_tokens_per_seq)
         self.requests = RequestFactory(self.tokenizer, self.max_model_len, config.vocab_size)
-        compiled = None
-        if opts.compile:
-            compiled = CompiledDecode(self.model)
-            compiled.warm_up(self.cache, device)
-        runner = ModelRunner(self.model, self.cache, compiled)
+        compiled = CompiledDecode(self.model) if opts.compile else None
+        runner = ModelRunner(self.model, self.cache, compiled, choices.attention == "flex")
+        if compiled is not None:
+            compiled.warm_up(self.cache, device, runner.with_attention_plan)
         self.scheduler = InferenceScheduler(
             runner,
             self.cache,

@@ -22,6 +22,7 @@ class MachineChoices:
     exact_only: bool  # q4_1 only where it keeps the checkpoint's values exactly
     dtype: torch.dtype
     plan: KernelPlan | None  # the CPU's measured kernel choice; None off the CPU
+    attention: str  # "flex" (the cache read in place) or "gather"
 
     @classmethod
     def resolve(cls, options: EngineOptions, model_dir: Path) -> MachineChoices:
@@ -32,12 +33,20 @@ class MachineChoices:
             # torch.compile cannot trace oneDNN's packed weights; the next best layout.
             plan = dataclasses.replace(plan, float32_layout="mm")
         dtype = resolve_dtype(options.dtype, device, quantization)
-        return cls(device, quantization, exact_only, dtype, plan)
+        attention = options.attention
+        if attention == "auto":
+            attention = "flex" if device.type == "cuda" else "gather"
+        return cls(device, quantization, exact_only, dtype, plan, attention)
 
     def describe(self) -> str:
         """The startup line that says which kernels and layouts this machine got."""
+        attention = {
+            "flex": "attention: flex_attention over the pages in place",
+            "gather": "attention: contexts gathered",
+        }[self.attention]
         if self.device.type != "cpu":
-            return f"device {self.device}, {self.dtype}, quantization {self.quantization or 'none'}"
+            quantization = self.quantization or "none"
+            return f"device {self.device}, {self.dtype}, quantization {quantization}, {attention}"
         weights = {
             None: f"{self.dtype} weights",
             "q4_1": "the file's own Q4_1 codes" if self.exact_only else "Q4_1 blocks (requantized)",
@@ -47,4 +56,4 @@ class MachineChoices:
         isa = kernel_isa()
         native = f"native kernels built for it ({isa})" if isa else "torch's kernels"
         plan = f"; {self.plan.describe()}" if self.plan is not None else ""
-        return f"CPU {describe_cpu()}: {weights}, {native}{plan}"
+        return f"CPU {describe_cpu()}: {weights}, {native}{plan}; {attention}"

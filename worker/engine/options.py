@@ -12,6 +12,7 @@ KV_CACHE_KINDS = ("paged", "contiguous")
 KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
 QUANTIZATION_CHOICES = ("auto", "none", *QUANTIZATIONS)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+ATTENTION_CHOICES = ("auto", "flex", "gather")
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,18 @@ class EngineOptions:
             "cached k/v rows: auto (the weights' dtype), float32, float16 (half the memory "
             "and the attention's reads; rounded) or bfloat16",
             choices=KV_CACHE_DTYPES,
+        ),
+    )
+    # "flex": torch's flex_attention reads every context where the cache holds it, steered
+    # by a block mask made from the page tables (worker.model.paged_attention). "gather":
+    # each context's rows are copied out first, then SDPA; on the CPU the native kernels
+    # read decode contexts in place anyway, and flex there is torch's unfused reference.
+    attention: str = field(
+        default="auto",
+        metadata=option(
+            "how attention reads the KV cache: auto (flex on CUDA, gather elsewhere), flex "
+            "(flex_attention over the pages in place) or gather (rows copied out, then SDPA)",
+            choices=ATTENTION_CHOICES,
         ),
     )
     max_seqs: int = field(default=64, metadata=option("sequences decoded together at most"))
@@ -97,6 +110,10 @@ class EngineOptions:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(
                 f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {self.kv_cache_dtype!r}"
+            )
+        if self.attention not in ATTENTION_CHOICES:
+            raise ValueError(
+                f"attention must be one of {ATTENTION_CHOICES}, got {self.attention!r}"
             )
         for name in ("page_size", "kv_cache_mb", "max_seqs", "prefill_token_budget"):
             if getattr(self, name) < 1:

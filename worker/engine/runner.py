@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -11,6 +12,7 @@ from worker.engine.compiled_decode import CompiledDecode
 from worker.kv.base import KVCache
 from worker.model.batch import ForwardBatch
 from worker.model.llama import LlamaModel
+from worker.model.paged_attention import plan_in_place
 from worker.model.shared_prefix import find_shared_prefixes
 
 
@@ -30,11 +32,17 @@ class Chunk:
 
 class ModelRunner:
     def __init__(
-        self, model: LlamaModel, cache: KVCache, compiled_decode: CompiledDecode | None = None
+        self,
+        model: LlamaModel,
+        cache: KVCache,
+        compiled_decode: CompiledDecode | None = None,
+        in_place_attention: bool = False,
     ) -> None:
         self.model = model
         self.cache = cache
         self.compiled_decode = compiled_decode
+        # Every batch carries a plan for attention over the cache in place (flex_attention).
+        self.in_place_attention = in_place_attention
         self.device = model.device
         self.kv_group_size = model.config.kv_group_size
         self.sliding_window = model.config.sliding_window
@@ -47,10 +55,40 @@ class ModelRunner:
     @torch.inference_mode()
     def forward_batch(self, input_ids: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         """The forward of a batch already built: compiled where that handles it."""
+        batch = self.with_attention_plan(batch)
         compiled = self.compiled_decode
         if compiled is not None and compiled.handles(batch):
             return compiled(input_ids, batch, self.cache.layer_views())
         return self.model(input_ids, batch, self.cache.layer_views())
+
+    def with_attention_plan(self, batch: ForwardBatch) -> ForwardBatch:
+        """The batch with the in-place attention plan it needs, where the runner makes one.
+
+        build_batch adds the plan from the lengths it has at hand; a batch made elsewhere (a
+        warm-up, the decode-cost probe) gets it here, its lengths read back from the device.
+        """
+        if not self.in_place_attention or batch.in_place is not None:
+            return batch
+        if batch.seq_lengths is not None:
+            query_lengths = [q for q, _ in batch.seq_lengths]
+            contexts = [c for _, c in batch.seq_lengths]
+        else:
+            query_lengths = [1] * batch.num_seqs
+            contexts = [p + 1 for p in batch.positions.tolist()]
+        return self._planned(batch, query_lengths, contexts)
+
+    def _planned(
+        self, batch: ForwardBatch, query_lengths: list[int], contexts: list[int]
+    ) -> ForwardBatch:
+        plan = plan_in_place(
+            batch.read_slots,
+            batch.positions,
+            query_lengths,
+            contexts,
+            self.cache.layer_views()[0][0].shape[0],
+            self.sliding_window,
+        )
+        return dataclasses.replace(batch, in_place=plan)
 
     def build_batch(self, chunks: Sequence[Chunk]) -> tuple[torch.Tensor, ForwardBatch]:
         if not chunks:
@@ -91,7 +129,8 @@ class ModelRunner:
         if query_len > 1:
             mask = mask.repeat_interleave(self.kv_group_size, dim=1)  # rows q*G + g
         shared_prefixes = ()
-        if query_len > 1 and self.device.type == "cpu" and self.sliding_window is None:
+        gathered_on_cpu = self.device.type == "cpu" and not self.in_place_attention
+        if query_len > 1 and gathered_on_cpu and self.sliding_window is None:
             shared_prefixes = find_shared_prefixes(
                 read_slots, [c.start for c in chunks], mask, lengths, self.kv_group_size
             )
@@ -110,6 +149,8 @@ class ModelRunner:
             seq_lengths=None if query_len == 1 else tuple(zip(lengths, ends, strict=True)),
             shared_prefixes=shared_prefixes,
         )
+        if self.in_place_attention:
+            batch = self._planned(batch, lengths, ends)
         return input_ids.to(device), batch
 
     def _decode_batch(self, chunks: Sequence[Chunk]) -> tuple[torch.Tensor, ForwardBatch]:
@@ -134,4 +175,6 @@ class ModelRunner:
             logits_index=torch.tensor(wanted, dtype=torch.long).to(device),
             max_query_len=1,
         )
+        if self.in_place_attention:
+            batch = self._planned(batch, [1] * len(chunks), [s + 1 for s in starts])
         return torch.tensor([c.token_ids[0] for c in chunks]).to(device), batch

@@ -8,6 +8,7 @@ from torch import nn
 
 from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.config import ModelConfig
+from worker.model.paged_attention import attend_in_place
 from worker.model.rope import apply_rope
 from worker.model.shared_prefix import attend_shared
 
@@ -63,6 +64,8 @@ class Attention(nn.Module):
         v_cache: torch.Tensor,
         batch: ForwardBatch,
     ) -> torch.Tensor:
+        if batch.in_place is not None:
+            return attend_in_place(q, k_cache, v_cache, batch.in_place)
         # Prefill attention runs in float32 on the CPU, where bf16 arithmetic is slower
         # (1.65x for a 512-token prompt); one-row decode runs in the cache's dtype, as
         # converting every cached row would cost more than it saves, except a float16 cache

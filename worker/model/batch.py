@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from worker.model.paged_attention import InPlaceAttention
 from worker.model.shared_prefix import SharedPrefix
 
 # One layer's cache as flat rows: k and v, each (num_slots, kv_heads, head_dim).
@@ -40,6 +41,9 @@ class ForwardBatch:
     # Sequences (with seq_lengths) whose contexts begin with the same cache rows: attention
     # over those runs once for all of them (CPU; worker.model.shared_prefix).
     shared_prefixes: tuple[SharedPrefix, ...] = ()
+    # Set when attention reads the cache in place (worker.model.paged_attention; the CUDA
+    # default): the plan every layer's attention follows instead of gathering read_slots.
+    in_place: InPlaceAttention | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -28,6 +28,7 @@ def handles(model: LlamaModel, batch: ForwardBatch, kv_layers: Sequence[LayerKV]
         model.native_decode
         and batch.max_query_len == 1
         and batch.query_index is None
+        and batch.in_place is None
         and kv_layers[0][0].dtype in (torch.float32, torch.float16)
     )
 

@@ -255,6 +255,32 @@ def test_prompts_sharing_a_system_prompt_prefilled_together_answer_as_each_afres
         assert greedy_token_ids(fresh, prompts, max_tokens=12) == together
 
 
+def test_flex_attention_over_the_pages_in_place_answers_as_the_gathering_path(
+    engine: InferenceEngine,
+):
+    """attention="flex" (the CUDA default) on the CPU, through torch's reference kernel: the
+    same greedy answers for prompts that share a system prompt mid-page and arrive together
+    (pages shared, rows read where another sequence writes them) and for plain chats."""
+    system = {"role": "system", "content": TEACHER_TEXT[:400]}
+    questions = ("Sum it up.", "Why stars?", "Name one telescope.")
+    shared = [[system, {"role": "user", "content": q}] for q in questions]
+    chats = CHAT_PROMPTS[:3]
+    with InferenceEngine(dtype="float32", kv_cache_mb=32, attention="flex") as flex:
+        runner = flex.scheduler.runner
+        build = runner.build_batch
+        planned: list[bool] = []
+
+        def spy(chunks):
+            input_ids, batch = build(chunks)
+            planned.append(batch.in_place is not None)
+            return input_ids, batch
+
+        runner.build_batch = spy  # type: ignore[method-assign]
+        got = greedy_token_ids(flex, shared, 12), greedy_token_ids(flex, chats, 16)
+    assert planned and all(planned)
+    assert got == (greedy_token_ids(engine, shared, 12), greedy_token_ids(engine, chats, 16))
+
+
 def test_generate_shapes(engine: InferenceEngine):
     assert isinstance(engine.generate("Hi", temperature=0, max_tokens=4), str)
     both = engine.generate(["Hi", "Hello"], temperature=0, max_tokens=4)

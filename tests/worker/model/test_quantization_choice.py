@@ -105,3 +105,18 @@ def test_the_engine_says_at_startup_what_this_cpu_got(tmp_path, caplog):
     assert kernel_isa() in line
     assert "block panel kernel" in line and "float32 layers as" in line
     assert all(flag in line for flag in kernel_flags())
+    assert "attention: contexts gathered" in line
+
+
+@pytest.mark.parametrize(
+    ("device", "option", "chosen"),
+    [("cpu", "auto", "gather"), ("cuda", "auto", "flex"), ("cpu", "flex", "flex")],
+)
+def test_attention_reads_the_pages_in_place_on_cuda_by_default(device, option, chosen):
+    from worker.engine.machine_choices import MachineChoices
+    from worker.engine.options import EngineOptions
+
+    options = EngineOptions(device=device, attention=option, quantization="none")
+    choices = MachineChoices.resolve(options, resolve_model_dir(None))
+    assert choices.attention == chosen
+    assert ("flex_attention over the pages" in choices.describe()) == (chosen == "flex")

@@ -1,0 +1,46 @@
+"""`--attention flex` (the CUDA default) through the whole stack: real processes, the real
+model, HTTP; on the CPU it runs torch's reference kernel and must answer as gathering does."""
+
+from __future__ import annotations
+
+import os
+
+import openai
+import pytest
+
+from tests.e2e.harness import Server
+from worker.engine.inference_engine import InferenceEngine
+
+pytestmark = pytest.mark.slow
+MODEL = "SmolLM2-135M-Instruct"
+SYSTEM = {"role": "system", "content": "You are a patient teacher who answers in one sentence."}
+QUESTIONS = [
+    [SYSTEM, {"role": "user", "content": "What is the capital of France?"}],
+    [SYSTEM, {"role": "user", "content": "Why is the sky blue?"}],
+]
+
+
+def test_flex_attention_serves_the_answers_of_gathered_attention():
+    # float32 on any device (bench/gpu_check.sh runs this on CUDA, whose default is bf16):
+    # the two attentions then differ by rounding alone.
+    server = Server("serve", "--kv-cache-mb", "32", "--attention", "flex", "--dtype", "float32")
+    try:
+        server.wait_ready()
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+        served = []
+        for messages in QUESTIONS:  # the second reuses the first's system-prompt pages
+            stream = client.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=24, temperature=0, stream=True
+            )
+            served.append("".join(c.choices[0].delta.content or "" for c in stream))
+        assert "Paris" in served[0]
+        [worker] = server.stats()["workers"]
+        assert int(worker["prefix_cache_hit_tokens"]) > 0
+    finally:
+        server.stop()
+        assert not server.group_alive()
+    device = os.environ.get("ASTRAI_TEST_DEVICE", "cpu")  # where the server's worker ran
+    with InferenceEngine(
+        kv_cache_mb=32, attention="gather", dtype="float32", device=device
+    ) as engine:
+        assert [engine.generate(m, max_tokens=24, temperature=0) for m in QUESTIONS] == served
