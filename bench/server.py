@@ -18,6 +18,9 @@ from typing import ClassVar
 from common.ports import free_loopback_port
 
 REPO = Path(__file__).resolve().parents[1]
+# bench/gpu_check.sh runs the end-to-end tests with their workers on a GPU: this device
+# (default: none given, the CPU), for served workers and in-process engines alike.
+TEST_DEVICE = os.environ.get("ASTRAI_TEST_DEVICE")
 
 
 class ProcessLog:
@@ -76,10 +79,8 @@ class Server:
         argv += ["--port", str(self.port), *args]
         if command == "serve":
             argv += ["--workers", str(workers)]
-            # bench/gpu_check.sh runs the end-to-end tests with their workers on a GPU.
-            device = os.environ.get("ASTRAI_TEST_DEVICE")
-            if device and "--device" not in args:
-                argv += ["--device", device]
+            if TEST_DEVICE and "--device" not in args:
+                argv += ["--device", TEST_DEVICE]
         else:
             argv += ["--worker-bind", self.worker_bind]
         self.log = ProcessLog(command)
@@ -174,9 +175,8 @@ class WorkerProcess:
         self.worker_id = worker_id
         argv = [sys.executable, "-m", "launcher", "--log-level", "warning", "worker"]
         argv += ["--gateway", gateway, "--worker-id", worker_id, "--threads", "1", *args]
-        device = os.environ.get("ASTRAI_TEST_DEVICE")
-        if device and "--device" not in args:
-            argv += ["--device", device]
+        if TEST_DEVICE and "--device" not in args:
+            argv += ["--device", TEST_DEVICE]
         self.log = ProcessLog(f"worker-{worker_id}")
         self.process = subprocess.Popen(
             argv, cwd=REPO, start_new_session=True, stdout=self.log.file, stderr=subprocess.STDOUT

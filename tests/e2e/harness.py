@@ -5,9 +5,17 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from bench.server import REPO, Server, http_json, wait_until
+from bench.server import REPO, TEST_DEVICE, Server, http_json, wait_until
 
-__all__ = ["REPO", "Server", "build_tiny_model", "http_json", "wait_until"]
+__all__ = ["REPO", "Server", "build_tiny_model", "engine_device", "http_json", "wait_until"]
+
+
+def engine_device() -> str:
+    """Where an in-process engine that checks a served answer runs: the served workers'
+    device (a GPU under bench/gpu_check.sh), so both compute alike."""
+    return TEST_DEVICE or "cpu"
+
+
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 

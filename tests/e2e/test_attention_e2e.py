@@ -3,12 +3,10 @@ model, HTTP; on the CPU it runs torch's reference kernel and must answer as gath
 
 from __future__ import annotations
 
-import os
-
 import openai
 import pytest
 
-from tests.e2e.harness import Server
+from tests.e2e.harness import Server, engine_device
 from worker.engine.inference_engine import InferenceEngine
 
 pytestmark = pytest.mark.slow
@@ -39,8 +37,7 @@ def test_flex_attention_serves_the_answers_of_gathered_attention():
     finally:
         server.stop()
         assert not server.group_alive()
-    device = os.environ.get("ASTRAI_TEST_DEVICE", "cpu")  # where the server's worker ran
     with InferenceEngine(
-        kv_cache_mb=32, attention="gather", dtype="float32", device=device
+        kv_cache_mb=32, attention="gather", dtype="float32", device=engine_device()
     ) as engine:
         assert [engine.generate(m, max_tokens=24, temperature=0) for m in QUESTIONS] == served

@@ -5,7 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.e2e.harness import Server
+from tests.e2e.harness import Server, engine_device
 from worker.engine.inference_engine import InferenceEngine
 
 pytestmark = pytest.mark.slow
@@ -33,10 +33,13 @@ def test_a_float16_cache_holds_twice_the_tokens_and_answers_as_in_process():
     finally:
         server.stop()
         assert not server.group_alive()
-    # In-process, the same cache (float16 decode through the native kernel) gives the same
-    # text; a float32 cache of the same memory holds half the pages.
-    with InferenceEngine(kv_cache_mb=64, kv_cache_dtype="float16") as engine:
+    # In-process, the same cache (on the CPU, float16 decode through the native kernel) gives
+    # the same text; a float32 cache of the same memory holds half the pages.
+    device = engine_device()
+    with InferenceEngine(kv_cache_mb=64, kv_cache_dtype="float16", device=device) as engine:
         assert engine.cache.storage.k.dtype.itemsize == 2
         assert [engine.generate(m, max_tokens=32, temperature=0) for m in QUESTIONS] == served
-    with InferenceEngine(kv_cache_mb=64, speculative_tokens=0) as engine:
+    with InferenceEngine(
+        kv_cache_mb=64, kv_cache_dtype="float32", speculative_tokens=0, device=device
+    ) as engine:
         assert engine.get_stats().kv_pages_total * 2 == pages

@@ -5,7 +5,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.e2e.harness import Server, wait_until
+from tests.e2e.harness import Server, engine_device, wait_until
 from worker.engine.inference_engine import InferenceEngine
 
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ def test_a_stream_that_copies_its_input_keeps_drafts_and_its_text(
     # Worker figures reach /stats with the next heartbeat (every 0.5 s).
     assert wait_until(lambda: kept_drafts(default_server) > before + 20, 5)
     # The same request in-process with drafting off: the same text, token for token.
-    with InferenceEngine(speculative_tokens=0, kv_cache_mb=64) as engine:
+    with InferenceEngine(speculative_tokens=0, kv_cache_mb=64, device=engine_device()) as engine:
         plain = engine.generate(COPY, max_tokens=60, temperature=0)
         assert engine.get_stats().draft_tokens == 0
     assert streamed == plain

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.harness import Server
+from tests.e2e.harness import Server, engine_device
 
 pytestmark = pytest.mark.slow
 MODEL = "SmolLM2-135M-Instruct"
@@ -136,7 +136,7 @@ def test_the_same_chat_gives_the_same_prompt_tokens_over_http_and_in_process(
     client = openai.OpenAI(base_url=f"{default_server.url}/v1", api_key="unused", max_retries=0)
     reply = client.chat.completions.create(model=MODEL, messages=body["messages"], max_tokens=1)
     assert reply.usage.prompt_tokens == len(plain)
-    with InferenceEngine(kv_cache_mb=32, max_seqs=2) as engine:
+    with InferenceEngine(kv_cache_mb=32, max_seqs=2, device=engine_device()) as engine:
         assert engine.tokenize(AGREEMENT_CHAT, SamplingParams()) == plain
         assert engine.tokenize(AGREEMENT_CHAT, SamplingParams(tools=[WEATHER])) == with_tools
         assert engine.generate(AGREEMENT_CHAT, temperature=0, max_tokens=1) is not None
