@@ -7,7 +7,7 @@ import functools
 import queue
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 from common.sampling_params import SamplingParams
 from worker.engine.event_stream import put_tagged, raise_on_error, until_finished
@@ -53,10 +53,11 @@ class GenerationAPI(ABC):
         (for a list: (index, text) pairs). A list of role/content dicts is one chat prompt."""
         if _is_batch(prompt):
             if stream:
-                return self._stream_many(prompt, chat, sampling)  # type: ignore[arg-type]
-            return [self.generate(p, chat=chat, **sampling) for p in prompt]  # type: ignore[union-attr]
+                return self._stream_many(prompt, chat, sampling)
+            return [self.generate(p, chat=chat, **sampling) for p in prompt]
+        one = cast(Prompt, prompt)  # a list whose items are dicts is one chat's messages
         events: queue.Queue[TokenEvent] = queue.Queue()
-        request_id, num_choices = self._start(prompt, chat, sampling, events.put)  # type: ignore[arg-type]
+        request_id, num_choices = self._start(one, chat, sampling, events.put)
         if stream:
             return self._stream_one(request_id, num_choices, events)
         texts = [""] * num_choices
@@ -117,6 +118,6 @@ class GenerationAPI(ABC):
             self.abort(request_id)
 
 
-def _is_batch(prompt: Any) -> bool:
+def _is_batch(prompt: Prompt | list[Prompt]) -> TypeGuard[list[Prompt]]:
     """A list of prompts (strings or message lists), as opposed to one chat's messages."""
     return isinstance(prompt, list) and bool(prompt) and not isinstance(prompt[0], dict)

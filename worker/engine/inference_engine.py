@@ -19,7 +19,8 @@ from worker.engine.options import EngineOptions
 from worker.engine.output_processor import OutputProcessor
 from worker.engine.request import Prompt, RequestFactory
 from worker.engine.runner import ModelRunner
-from worker.engine.scheduler import InferenceScheduler, SchedulerConfig
+from worker.engine.scheduler import InferenceScheduler
+from worker.engine.scheduler_config import SchedulerConfig
 from worker.engine.sequence import EventSink
 from worker.engine.speculation import DecodeCost, ServedDecodeCost, measure_decode_cost
 from worker.model.loader import load_config, load_model

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -86,7 +86,8 @@ class RequestFactory:
                 return self.tokenizer.encode_chat([{"role": "user", "content": prompt}], tools)
             return self.tokenizer.encode(prompt)
         if isinstance(prompt, SequenceABC):
-            return self.tokenizer.encode_chat(normalize_messages(prompt), tools, continue_final)
+            messages = cast(SequenceABC[Message], prompt)  # mypy keeps str in the union here
+            return self.tokenizer.encode_chat(normalize_messages(messages), tools, continue_final)
         raise RequestError(
             f"prompt must be a string or a list of messages, got {type(prompt).__name__}",
             "prompt",

@@ -13,7 +13,7 @@ from worker.kv.base import KVCache
 from worker.model.batch import ForwardBatch
 from worker.model.llama import LlamaModel
 from worker.model.paged_attention import plan_in_place
-from worker.model.shared_prefix import find_shared_prefixes
+from worker.model.shared_prefix import SharedPrefix, find_shared_prefixes
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,8 @@ class ModelRunner:
         compiled = self.compiled_decode
         if compiled is not None and compiled.handles(batch):
             return compiled(input_ids, batch, self.cache.layer_views())
-        return self.model(input_ids, batch, self.cache.layer_views())
+        logits: torch.Tensor = self.model(input_ids, batch, self.cache.layer_views())
+        return logits
 
     def with_attention_plan(self, batch: ForwardBatch) -> ForwardBatch:
         """The batch with the in-place attention plan it needs, where the runner makes one.
@@ -128,7 +129,7 @@ class ModelRunner:
             mask &= key_pos[None, None, :] > query_pos[:, :, None] - self.sliding_window
         if query_len > 1:
             mask = mask.repeat_interleave(self.kv_group_size, dim=1)  # rows q*G + g
-        shared_prefixes = ()
+        shared_prefixes: tuple[SharedPrefix, ...] = ()
         gathered_on_cpu = self.device.type == "cpu" and not self.in_place_attention
         if query_len > 1 and gathered_on_cpu and self.sliding_window is None:
             shared_prefixes = find_shared_prefixes(

@@ -143,7 +143,7 @@ def native_kernels_available() -> bool:
         log.info("native CPU kernels disabled by ASTRAI_NATIVE_KERNELS=0")
         return False
     try:
-        torch.ops.load_library(str(build_library()))
+        torch.ops.load_library(str(build_library()))  # type: ignore[no-untyped-call]
     except (KernelBuildError, OSError, RuntimeError) as exc:
         log.warning("native CPU kernels unavailable, using torch's kernels: %s", exc)
         return False

@@ -154,7 +154,7 @@ class PageCache(KVCache):
         while the page they come from is computed in a later step."""
         n = len(entry.partial_tokens)
         source, owner = entry.partial_source, entry.partial_owner
-        if owner is not None and self.pool.owner_of(source) == owner:
+        if source is not None and owner is not None and self.pool.owner_of(source) == owner:
             # Still its owner's to compute, admitted before this sequence: never a wait in
             # a circle (a page indexed since could belong to one that waits for this one).
             if source not in self._planned:

@@ -16,7 +16,7 @@ def mkldnn_linear_supports(dtype: torch.dtype) -> bool:
     """
     if not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
         return False
-    if not torch.backends.mkldnn.is_available():
+    if not torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]
         return False
     if dtype == torch.bfloat16:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -73,6 +74,9 @@ class Block(nn.Module):
 class LlamaModel(nn.Module):
     """Embedding → blocks → norm → logits of the rows the batch asks for."""
 
+    rope_cos: torch.Tensor  # buffers, (positions, head_dim)
+    rope_sin: torch.Tensor
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
@@ -98,6 +102,11 @@ class LlamaModel(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
 
     @property
+    def blocks(self) -> Sequence[Block]:
+        """The decoder layers, typed: nn.ModuleList hands out plain modules."""
+        return cast(Sequence[Block], self.layers)
+
+    @property
     def dtype(self) -> torch.dtype:
         return self.embed_tokens.weight.dtype
 
@@ -120,7 +129,7 @@ class LlamaModel(nn.Module):
         cos = self.rope_cos[batch.positions].to(self.dtype).unsqueeze(1)  # (N, 1, D)
         sin = self.rope_sin[batch.positions].to(self.dtype).unsqueeze(1)
         fused = self.stacked_blocks is not None  # every layer Q4_1 blocks: norms fused in
-        for layer, kv in zip(self.layers, kv_layers, strict=True):
+        for layer, kv in zip(self.blocks, kv_layers, strict=True):
             x = (
                 prefill_block(layer, x, cos, sin, batch, kv)
                 if fused
@@ -156,12 +165,13 @@ class LlamaModel(nn.Module):
             for path in LINEAR_PATHS:
                 owner_path, name = path.rsplit(".", 1)
                 owner = block.get_submodule(owner_path)
-                exact = (source.get(f"layers.{i}.{path}.{kind}") for kind in ("weight", "bias"))
+                weight, bias = (source.get(f"layers.{i}.{path}.{k}") for k in ("weight", "bias"))
                 packed = pack_linear(
                     getattr(owner, name),
                     quantization,
                     float32_copy,
-                    *exact,
+                    weight,
+                    bias,
                     exact_only=exact_only,
                     plan=plan,
                 )

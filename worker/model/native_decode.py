@@ -10,7 +10,7 @@ into a float32 or float16 cache on the CPU; everything else takes the reference 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
@@ -54,10 +54,10 @@ def forward(
             model.config.num_kv_heads,
             model.config.sliding_window or 0,
             model.config.rms_norm_eps,
-            model.layers[0].mlp.down_proj.panel_rows,
+            cast(BlockLinear, model.blocks[0].mlp.down_proj).panel_rows,
         )
     else:
-        for layer, kv in zip(model.layers, kv_layers, strict=True):
+        for layer, kv in zip(model.blocks, kv_layers, strict=True):
             x = _block(layer, x, batch, kv, rope)
     if batch.logits_index.shape[0] != x.shape[0]:  # all rows wanted means every row, in order
         x = x.index_select(0, batch.logits_index)
@@ -67,8 +67,8 @@ def forward(
 def stack_blocks(model: LlamaModel) -> tuple[list[torch.Tensor | None], ...] | None:
     """The per-layer weights astrai::decode_layers takes (records, norms, biases), when every
     linear layer is Q4_1 blocks and the norms share the config's eps; else None."""
-    layers = model.layers
-    linears = [
+    layers = model.blocks
+    linears: list[tuple[nn.Module, ...]] = [
         (b.self_attn.qkv_proj, b.self_attn.o_proj, b.mlp.gate_up_proj, b.mlp.down_proj)
         for b in layers
     ]
@@ -80,11 +80,13 @@ def stack_blocks(model: LlamaModel) -> tuple[list[torch.Tensor | None], ...] | N
     ) and all(norm.eps == model.config.rms_norm_eps for pair in norms for norm in pair)
     if not eligible:
         return None
+    blocks = cast(list[tuple[BlockLinear, ...]], linears)
+    records: list[list[torch.Tensor | None]] = [[g[i].records for g in blocks] for i in range(4)]
     return (
-        *([group[i].records for group in linears] for i in range(4)),
+        *records,
         [pair[0].weight.float() for pair in norms],
         [pair[1].weight.float() for pair in norms],
-        *([group[i].bias for group in linears] for i in range(4)),
+        *([group[i].bias for group in blocks] for i in range(4)),
     )
 
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import FlexKernelOptions
 
 # Rows per block of the mask, for queries and for cache slots alike: the smallest block
 # flex_attention's kernels take, and the default page size, so a decoding sequence's block
@@ -17,7 +21,11 @@ BLOCK = 16
 # The kernel's tiles must divide the mask's blocks; the decoding kernel is not used because
 # it assumes one query block per batch row, and here the queries of every sequence are rows
 # of one packed batch.
-_CUDA_KERNEL_OPTIONS = {"FORCE_USE_FLEX_ATTENTION": True, "BLOCK_M": BLOCK, "BLOCK_N": BLOCK}
+_CUDA_KERNEL_OPTIONS: FlexKernelOptions = {
+    "FORCE_USE_FLEX_ATTENTION": True,
+    "BLOCK_M": BLOCK,
+    "BLOCK_N": BLOCK,
+}
 _NOT_IN_CONTEXT = torch.iinfo(torch.int32).max  # a slot's position where a sequence lacks it
 
 
@@ -164,7 +172,7 @@ def _flex(device: torch.device) -> FlexKernel:
     return _cuda_kernel
 
 
-def compiled_flex(dynamic: bool | None, kernel_options: dict[str, int | bool] | None) -> FlexKernel:
+def compiled_flex(dynamic: bool | None, kernel_options: FlexKernelOptions | None) -> FlexKernel:
     """flex_attention through torch.compile: the block-sparse kernel, reading only the
     blocks each query block lists."""
     compiled = torch.compile(flex_attention, dynamic=dynamic)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import llguidance
@@ -97,7 +97,7 @@ class GrammarMasks:
     """
 
     def __init__(
-        self, decode: Callable[[list[int]], str] | None = None, eos_token_ids: Sequence[int] = ()
+        self, decode: Callable[[list[int]], str] | None = None, eos_token_ids: Iterable[int] = ()
     ) -> None:
         self._decode = decode
         self._eos_token_ids = list(eos_token_ids)
@@ -187,7 +187,7 @@ def _no_room_for_another_call(seq: Sequence_, left: int) -> bool:
     parser = getattr(seq, "tool_parser", None)
     if parser is None or not parser.between_calls:
         return False
-    return left < 2 * (len(seq.output_token_ids) / parser.num_calls)
+    return bool(left < 2 * (len(seq.output_token_ids) / parser.num_calls))
 
 
 def _inside_string(text: str) -> bool:

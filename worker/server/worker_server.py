@@ -108,7 +108,7 @@ class WorkerServer:
             self._push_socket().send_multipart(pending)
             pending.clear()
 
-    def _push_socket(self) -> zmq.Socket:
+    def _push_socket(self) -> zmq.Socket[bytes]:
         push = getattr(self._local, "push", None)
         if push is None:
             push = self._context.socket(zmq.PUSH)
@@ -170,7 +170,7 @@ class WorkerServer:
         self.incarnation = uuid.uuid4().hex
         self._register_now = True
 
-    def _forward(self, events: zmq.Socket, dealer: zmq.Socket) -> None:
+    def _forward(self, events: zmq.Socket[bytes], dealer: zmq.Socket[bytes]) -> None:
         """Every event waiting goes out in one multipart message: a decode step's tokens
         for all its sequences cost the gateway one receive, not one each."""
         frames: list[bytes] = []
@@ -182,7 +182,7 @@ class WorkerServer:
         if frames:
             dealer.send_multipart(frames)
 
-    def _receive(self, dealer: zmq.Socket) -> None:
+    def _receive(self, dealer: zmq.Socket[bytes]) -> None:
         while True:
             try:
                 frame = dealer.recv(zmq.NOBLOCK)

@@ -30,7 +30,7 @@ class ToolCallParser:
 
     def feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
         self._pending += text
-        content, deltas = "", []
+        content, deltas = "", list[ToolCallDelta]()
         while self._pending:
             before = (self._mode, len(self._pending))
             if self._mode == "text":
