@@ -75,13 +75,13 @@ if ! "$python" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("llm_sm
 fi
 
 if [[ " $steps " == *" attention "* ]]; then
-  echo "== in-place paged attention: the compiled kernel on cuda against the definition"
+  echo "== [${SECONDS}s] in-place paged attention: the compiled kernel on cuda against the definition"
   timeout 240 "$python" -m pytest -q -p no:cacheprovider tests/worker/model/test_paged_attention.py \
     -k "not block_sparse" 2>&1 | tee "$out/attention.log" | tail -3
 fi
 
 if [[ " $steps " == *" bench "* ]]; then
-  echo "== W1 on cuda:0 (16 requests x 128 tokens, EOS ignored)"
+  echo "== [${SECONDS}s] W1 on cuda:0 (16 requests x 128 tokens, EOS ignored)"
   measure() {  # label, then astrai serve arguments
     local label="$1"; shift
     local port=8431
@@ -95,7 +95,7 @@ if [[ " $steps " == *" bench "* ]]; then
     "$python" -m launcher bench --url "http://127.0.0.1:$port" --concurrency 1,32 \
       --num-requests 16 --max-tokens 128 --ignore-eos --no-progress --out "$out/$label" \
       | sed "s/^/$label  /" | grep -E "\|" || true
-    echo "$label  recompilations logged: $(grep -c 'Recompiling function' "$out/serve-$label.log" || true)"
+    echo "$label  [${SECONDS}s] recompilations logged: $(grep -c 'Recompiling function' "$out/serve-$label.log" || true)"
     kill "$pid"; wait "$pid" || true
   }
   measure flex --attention flex
@@ -104,8 +104,9 @@ if [[ " $steps " == *" bench "* ]]; then
 fi
 
 if [[ " $steps " == *" e2e "* ]]; then
-  echo "== end-to-end tests, workers on cuda:0"
+  echo "== [${SECONDS}s] end-to-end tests, workers on cuda:0"
   ASTRAI_TEST_DEVICE=cuda:0 timeout 240 "$python" -m pytest -q -rf -p no:cacheprovider tests/e2e \
     -k "not compile and not multihost and not curve and not console" 2>&1 \
     | tee "$out/e2e.log" | tail -25
 fi
+echo "== [${SECONDS}s] done"
