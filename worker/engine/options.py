@@ -115,6 +115,12 @@ class EngineOptions:
             raise ValueError(
                 f"attention must be one of {ATTENTION_CHOICES}, got {self.attention!r}"
             )
+        if self.attention == "flex" and self.compile and self.device == "cpu":
+            raise ValueError(
+                "attention flex with compile is refused on the CPU: inductor's CPU kernel for "
+                "flex_attention fails to build for the compiled step's dynamic shapes; use "
+                "attention auto (gather) there"
+            )
         for name in ("page_size", "kv_cache_mb", "max_seqs", "prefill_token_budget"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

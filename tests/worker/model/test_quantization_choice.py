@@ -120,3 +120,12 @@ def test_attention_reads_the_pages_in_place_on_cuda_by_default(device, option, c
     choices = MachineChoices.resolve(options, resolve_model_dir(None))
     assert choices.attention == chosen
     assert ("flex_attention over the pages" in choices.describe()) == (chosen == "flex")
+
+
+def test_flex_attention_with_the_compiled_step_is_refused_on_the_cpu_only():
+    from worker.engine.options import EngineOptions
+
+    with pytest.raises(ValueError, match="attention flex with compile is refused on the CPU"):
+        EngineOptions(attention="flex", compile=True)
+    EngineOptions(attention="flex", compile=True, device="cuda")
+    EngineOptions(attention="flex")
