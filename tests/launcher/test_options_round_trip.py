@@ -78,8 +78,8 @@ def serve_argv() -> list[str]:
         fixed = {"curve_authorized_keys": None} if cls is GatewayConfig else {}
         if cls is ServeOptions:
             fixed = {"workers": 2}
-        if cls is EngineOptions:
-            fixed = {"device": "cpu"}
+        if cls is EngineOptions:  # gather: flex with --compile is refused on the CPU
+            fixed = {"device": "cpu", "attention": "gather"}
         values = all_changed(cls, exclude, **fixed)
         defaults = {f.name: f.default for f in flags_of(cls)}
         argv += to_argv(cls(**(defaults | values)), exclude)

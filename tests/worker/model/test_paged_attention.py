@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from worker.model import paged_attention
 from worker.model.paged_attention import BLOCK, attend_in_place, compiled_flex, plan_in_place
 
-HEADS, KV_HEADS, HEAD_DIM = 6, 2, 8
+# 16: the smallest head the CUDA kernel takes (its tiles multiply 16-wide).
+HEADS, KV_HEADS, HEAD_DIM = 6, 2, 16
 # On a GPU the compiled kernel runs too, which reads only the listed blocks (bench/gpu_check.sh).
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
 
