@@ -31,6 +31,7 @@ class ForwardBatch:
     read_slots: torch.Tensor  # (B, T) int64: cache rows of each sequence's context, padded
     # (B, 1, Q*G, T) bool, True = may attend; row q*G + g is query q of the g-th head in a
     # kv group (G = heads per kv head). Decode (Q == 1) passes (B, 1, 1, T) and broadcasts.
+    # A packed batch with an in-place plan passes (B, 1, 0, 0): nothing reads it.
     mask: torch.Tensor
     query_index: torch.Tensor | None  # (N,) packed → (B*Q) padded row; None when all Q == 1
     logits_index: torch.Tensor  # (S,) packed rows whose next-token logits are wanted
