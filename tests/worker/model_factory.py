@@ -297,9 +297,25 @@ def _byte_tokens() -> list[str]:
     return [chars[b] for b in range(256)]
 
 
-def write_gguf(model: PreTrainedModel, path: Path) -> Path:
-    """A float32 GGUF of `model` laid out as llama.cpp writes one, with a byte-level tokenizer."""
-    from gguf import GGUFWriter, RopeScalingType
+def _quantize(data: np.ndarray, kind: str) -> np.ndarray:
+    """(rows, row bytes) codes: the gguf package's quantizer where it has one, else ggml's."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    qtype = GGMLQuantizationType[kind]
+    try:
+        return quantize(data, qtype)
+    except NotImplementedError:
+        return torch.ops.astrai_ggml.quantize(torch.from_numpy(data), int(qtype)).numpy()
+
+
+def write_gguf(model: PreTrainedModel, path: Path, types: dict[str, str] | None = None) -> Path:
+    """A GGUF of `model` laid out as llama.cpp writes one, with a byte-level tokenizer.
+
+    `types` maps a GGUF tensor's name, or the part after `blk.N.` (`attn_q.weight`), to a
+    ggml type name its 2-D weights are quantized to (F32 otherwise).
+    """
+    from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType
 
     config = model.config
     arch = config.model_type
@@ -338,7 +354,12 @@ def write_gguf(model: PreTrainedModel, path: Path) -> Path:
         else:
             _, _, layer, rest = name.split(".", 3)
             gguf_name = f"blk.{layer}.{_GGUF_BLOCK[rest]}"
-        writer.add_tensor(gguf_name, np.ascontiguousarray(data, dtype=np.float32))
+        data = np.ascontiguousarray(data, dtype=np.float32)
+        kind = (types or {}).get(gguf_name) or (types or {}).get(gguf_name.split(".", 2)[-1])
+        if kind is None or data.ndim != 2:
+            writer.add_tensor(gguf_name, data)
+            continue
+        writer.add_tensor(gguf_name, _quantize(data, kind), raw_dtype=GGMLQuantizationType[kind])
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -94,6 +94,8 @@ class InferenceEngine(GenerationAPI):
             plan=choices.plan,
         )
         log.info("%s", choices.describe())
+        if self.model.weight_paths:
+            log.info("weights by type: %s", self.model.weight_paths)
         self.tokenizer = Tokenizer(self.model_dir, config.eos_token_ids)
         context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
         kv_dtype = self.dtype if opts.kv_cache_dtype == "auto" else DTYPES[opts.kv_cache_dtype]

@@ -18,7 +18,7 @@ from worker.model.precision import resolve_dtype, resolve_quantization
 @dataclass(frozen=True)
 class MachineChoices:
     device: torch.device
-    quantization: str | None  # resolved: None, "q4_1", "int8" or "int4"
+    quantization: str | None  # resolved: None, "gguf", "q4_1", "int8" or "int4"
     exact_only: bool  # q4_1 only where it keeps the checkpoint's values exactly
     dtype: torch.dtype
     plan: KernelPlan | None  # the CPU's measured kernel choice; None off the CPU
@@ -49,6 +49,7 @@ class MachineChoices:
             return f"device {self.device}, {self.dtype}, quantization {quantization}, {attention}"
         weights = {
             None: f"{self.dtype} weights",
+            "gguf": "the GGUF file's own codes",
             "q4_1": "the file's own Q4_1 codes" if self.exact_only else "Q4_1 blocks (requantized)",
             "int4": "int4 (torch's kernel)",
             "int8": "int8 W8A8",

@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 
 from common.cli_options import option
 from worker.machine.cpu_info import has_int8_dot_product
-from worker.model.quantizations import QUANTIZATIONS
+from worker.model.quantizations import WEIGHT_FORMS
 
 KV_CACHE_KINDS = ("paged", "contiguous")
 KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
-QUANTIZATION_CHOICES = ("auto", "none", *QUANTIZATIONS)
+QUANTIZATION_CHOICES = ("auto", "none", *WEIGHT_FORMS)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_CHOICES = ("auto", "flex", "gather")
 
@@ -73,15 +73,18 @@ class EngineOptions:
         default=None,
         metadata=option("name clients use for it (default: from the model's path)"),
     )
-    # "auto": a Q4_1 GGUF's own codes in the native CPU kernels (q4_1, nothing lost), else
-    # none. "q4_1": Q4_1 layers and a Q8_0 output layer whatever the weights (CPU only).
+    # "auto": a GGUF file's own codes on the CPU (gguf: each tensor in its type's kernel,
+    # nothing lost, no float copy), a folder's float weights otherwise. "gguf": the same, and
+    # an error where a type has no kernel here. "q4_1": Q4_1 layers and a Q8_0 output layer
+    # whatever the weights (CPU only).
     # "int8": W8A8 linear layers, faster at large batches and less exact (CPUs with VNNI or
     # AMX only: elsewhere torch's int8 matmul is a slow loop); "int4": 4-bit
     # weights for few-row steps (CPU only), float32 for batches. None or "none": float.
     quantization: str | None = field(
         default="auto",
         metadata=option(
-            "auto: a Q4_1 GGUF's own 4-bit codes in native CPU kernels, else none; q4_1: "
+            "auto: a GGUF's own codes on the CPU (gguf), else none; gguf: the same, refused "
+            "where a tensor type has no kernel here; q4_1: "
             "Q4_1 layers + Q8_0 output layer for any model (CPU); int8: W8A8 linears (less "
             "exact); int4: torch's 4-bit kernel; none: float weights",
             choices=QUANTIZATION_CHOICES,
@@ -131,7 +134,7 @@ class EngineOptions:
                 f"quantization must be None or one of {QUANTIZATION_CHOICES}, "
                 f"got {self.quantization!r}"
             )
-        if self.quantization in ("int4", "q4_1") and self.device != "cpu":
+        if self.quantization in ("int4", "q4_1", "gguf") and self.device != "cpu":
             raise ValueError(
                 f"quantization {self.quantization} runs on the CPU only; use int8 or none on GPUs"
             )

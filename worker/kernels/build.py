@@ -42,14 +42,16 @@ class KernelBuildError(RuntimeError):
     """The native kernels could not be compiled or loaded here."""
 
 
-def _compiler() -> str | None:
+def compiler_command() -> str | None:
+    """The C++ compiler to build with (CXX, else c++, g++ or clang++), or None."""
     for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
         if candidate and shutil.which(candidate):
             return candidate
     return None
 
 
-def _flags() -> tuple[str, ...]:
+def compiler_flags() -> tuple[str, ...]:
+    """-O3 -march=native and the rest, less what ASTRAI_KERNEL_ISA leaves out."""
     isa = os.environ.get("ASTRAI_KERNEL_ISA", "native")
     if isa not in ISA_FLAGS:
         raise KernelBuildError(f"ASTRAI_KERNEL_ISA must be one of {sorted(ISA_FLAGS)}, got {isa!r}")
@@ -61,7 +63,8 @@ def _compiler_version(compiler: str) -> str:
     return result.stdout.splitlines()[0] if result.stdout else compiler
 
 
-def _torch_dirs() -> tuple[list[Path], Path]:
+def torch_dirs() -> tuple[list[Path], Path]:
+    """(include folders, library folder) of the torch this runs under."""
     root = Path(torch.__file__).parent
     return [root / "include", root / "include" / "torch" / "csrc" / "api" / "include"], root / "lib"
 
@@ -69,7 +72,7 @@ def _torch_dirs() -> tuple[list[Path], Path]:
 def _build_key(compiler: str, sources: list[Path]) -> str:
     digest = hashlib.sha256()
     digest.update(f"{cpu_signature()}|{torch.__version__}|{_compiler_version(compiler)}".encode())
-    digest.update(" ".join(_flags()).encode())
+    digest.update(" ".join(compiler_flags()).encode())
     for source in sources:
         digest.update(source.name.encode())
         digest.update(source.read_bytes())
@@ -77,10 +80,10 @@ def _build_key(compiler: str, sources: list[Path]) -> str:
 
 
 def _compile(compiler: str, sources: list[Path], target: Path) -> None:
-    includes, lib_dir = _torch_dirs()
+    includes, lib_dir = torch_dirs()
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
     python_include = sysconfig.get_paths()["include"]
-    common = [*_flags(), abi, *(f"-I{d}" for d in includes), f"-I{python_include}"]
+    common = [*compiler_flags(), abi, *(f"-I{d}" for d in includes), f"-I{python_include}"]
 
     def compile_one(source: Path) -> Path:
         obj = target.parent / f"{source.stem}.o"
@@ -102,7 +105,7 @@ def _compile(compiler: str, sources: list[Path], target: Path) -> None:
 @functools.cache
 def build_key() -> str | None:
     """What the library is keyed by (CPU, torch, compiler, sources); None without a compiler."""
-    compiler = _compiler()
+    compiler = compiler_command()
     if compiler is None:
         return None
     return _build_key(compiler, sorted(SOURCES.glob("*.[ch]*")))
@@ -110,7 +113,7 @@ def build_key() -> str | None:
 
 def build_library() -> Path:
     """The cached library for this CPU, compiled first if needed; KernelBuildError if it can't."""
-    compiler, key = _compiler(), build_key()
+    compiler, key = compiler_command(), build_key()
     if compiler is None or key is None:
         raise KernelBuildError("no C++ compiler found (set CXX, or install g++)")
     sources = sorted(SOURCES.glob("*.cpp"))

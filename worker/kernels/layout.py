@@ -81,3 +81,38 @@ def pack_q8_0(weight: torch.Tensor) -> BlockWeights:
     return BlockWeights(
         records.contiguous(), out_features, dequantized.reshape(out_features, in_features)
     )
+
+
+class BlockRecords(NamedTuple):
+    """Records read straight from a GGUF file's blocks, with nothing dequantized."""
+
+    records: torch.Tensor  # (tiles, blocks, record bytes) uint8
+    out_features: int
+
+
+# GGUF's block of 32 values: fp16 d (and fp16 m for Q4_1) followed by the codes.
+GGUF_BLOCK_BYTES = {"q4_1": 20, "q8_0": 34}
+
+
+def records_from_gguf(raw: torch.Tensor, block_format: str) -> BlockRecords:
+    """A GGUF tensor's rows (out, blocks x block bytes) as records, byte for byte.
+
+    Q4_1's 16 code bytes hold values k and k + 16 in the low and high nibble of byte k,
+    which is the records' order already; Q8_0's 32 codes are one byte each.
+    """
+    block_bytes = GGUF_BLOCK_BYTES[block_format]
+    if raw.dtype != torch.uint8 or raw.dim() != 2 or raw.shape[1] % block_bytes:
+        raise ValueError(f"{block_format} rows must be uint8 (out, k x {block_bytes})")
+    out_features = raw.shape[0]
+    blocks = raw.shape[1] // block_bytes
+    tiles = _tiled(raw.reshape(out_features, blocks, block_bytes))  # (tiles, 8, blocks, bytes)
+    halves = 2 if block_format == "q4_1" else 1
+    scales = [
+        tiles[..., 2 * h : 2 * h + 2].permute(0, 2, 1, 3).reshape(-1, blocks, 2 * TILE)
+        for h in range(halves)
+    ]
+    codes = tiles[..., 2 * halves :]
+    groups = codes.shape[-1] // 4  # Q4_1: 4 groups of 4 bytes; Q8_0: 8
+    codes = codes.reshape(-1, TILE, blocks, groups, 4).permute(0, 2, 3, 1, 4)
+    records = torch.cat([*scales, codes.reshape(-1, blocks, groups * TILE * 4)], dim=-1)
+    return BlockRecords(records.contiguous(), out_features)

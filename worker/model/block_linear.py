@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from worker.kernels.layout import BlockWeights, pack_q4_1, pack_q8_0
+from worker.kernels.layout import BlockRecords, BlockWeights, pack_q4_1, pack_q8_0
 
 if TYPE_CHECKING:
     from worker.model.llama import RMSNorm
@@ -33,7 +33,7 @@ class BlockLinear(nn.Module):
 
     def __init__(
         self,
-        packed: BlockWeights,
+        packed: BlockWeights | BlockRecords,
         bias: torch.Tensor | None,
         block_format: str,
         panel_rows: int = DEFAULT_PANEL_ROWS,

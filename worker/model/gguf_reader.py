@@ -39,14 +39,11 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     from gguf.quants import dequantize
 
     reader = GGUFReader(str(path))
-    meta = {name: _field_value(field) for name, field in reader.fields.items()}
-    arch = meta.get("general.architecture")
-    if arch not in ARCHITECTURES:
-        raise ValueError(f"GGUF architecture must be one of {sorted(ARCHITECTURES)}, got {arch!r}")
-    config = _config_from_metadata(meta, arch)
+    config = config_from_reader(reader)
+    arch = config["model_type"]
     state: dict[str, torch.Tensor] = {}
     for tensor in reader.tensors:
-        name = _hf_name(tensor.name)
+        name = hf_name(tensor.name)
         # dequantize returns the logical shape with GGUF's dimension order already reversed.
         values = dequantize(tensor.data, tensor.tensor_type)
         state[name] = torch.from_numpy(np.array(values, dtype=np.float32, order="C"))
@@ -57,9 +54,20 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     return config, state
 
 
-def _field_value(field: Any) -> Any:
-    """A metadata field as a plain Python value (arrays of strings stay lists)."""
-    return field.contents()
+def config_from_reader(reader: Any) -> dict[str, Any]:
+    """The config dict of an open GGUFReader's metadata (vocab size and tying not included)."""
+    return config_from_metadata({name: field.contents() for name, field in reader.fields.items()})
+
+
+def config_from_metadata(meta: dict[str, Any]) -> dict[str, Any]:
+    """The config dict of a GGUF's metadata keys (vocab size and tying not included)."""
+    arch = meta.get("general.architecture")
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"GGUF architecture must be one of {sorted(ARCHITECTURES)}, got {arch!r}")
+    for name in ("attention.head_count", "embedding_length", "block_count", "feed_forward_length"):
+        if meta.get(f"{arch}.{name}") is None:
+            raise ValueError(f"GGUF metadata lacks {arch}.{name}")
+    return _config_from_metadata(meta, arch)
 
 
 def _config_from_metadata(meta: dict[str, Any], arch: str) -> dict[str, Any]:
@@ -89,7 +97,8 @@ def _config_from_metadata(meta: dict[str, Any], arch: str) -> dict[str, Any]:
     return config
 
 
-def _hf_name(gguf_name: str) -> str:
+def hf_name(gguf_name: str) -> str:
+    """The Hugging Face name of a GGUF tensor (`blk.3.attn_q.weight` → `model.layers.3.…`)."""
     if gguf_name in TOP_TENSORS:
         return TOP_TENSORS[gguf_name]
     prefix, _, rest = gguf_name.partition(".")
@@ -105,14 +114,22 @@ def _unpermute_qk(state: dict[str, torch.Tensor], config: dict[str, Any]) -> Non
     llama.cpp's converter reshapes each head's rows as (2, D/2) and swaps them to (D/2, 2)
     so that RoPE can rotate adjacent pairs; the inverse swaps them back.
     """
-    heads = {
-        "q_proj": config["num_attention_heads"],
-        "k_proj": config["num_key_value_heads"],
-    }
     for name, tensor in state.items():
-        for proj, num_heads in heads.items():
-            if f"self_attn.{proj}." in name:
-                rows = tensor.shape[0]
-                trailing = tensor.shape[1:]
-                shaped = tensor.reshape(num_heads, rows // num_heads // 2, 2, *trailing)
-                state[name] = shaped.transpose(1, 2).reshape(tensor.shape).contiguous()
+        heads = qk_heads(name, config)
+        if heads:
+            state[name] = tensor.index_select(0, unpermute_rows(tensor.shape[0], heads))
+
+
+def qk_heads(name: str, config: dict[str, Any]) -> int:
+    """How many heads a q or k projection of a llama GGUF has (its rows interleaved), else 0."""
+    if ".self_attn.q_proj." in name:
+        return int(config["num_attention_heads"])
+    if ".self_attn.k_proj." in name:
+        return int(config["num_key_value_heads"])
+    return 0
+
+
+def unpermute_rows(rows: int, num_heads: int) -> torch.Tensor:
+    """Row order that undoes the interleaving: each head's rows (D/2, 2) back to (2, D/2)."""
+    order = torch.arange(rows).reshape(num_heads, rows // num_heads // 2, 2)
+    return order.transpose(1, 2).reshape(-1)

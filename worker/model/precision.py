@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
 from worker.kernels.build import native_kernels_available
+from worker.kernels.ggml_build import ggml_kernels_available
 from worker.machine.cpu_info import has_native_bf16
 from worker.model.block_linear import pack_blocks
+from worker.model.gguf_model import NATIVE_TYPES
+from worker.model.gguf_tensors import read_gguf_header
+from worker.model.model_dir import gguf_source
+
+log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -23,11 +30,26 @@ def resolve_quantization(
 ) -> tuple[str | None, bool]:
     """(quantization, exact_only) for the engine's `quantization` option.
 
-    "auto" is "q4_1" with exact_only on a CPU with the native kernels when the model's
-    weights already lie on a Q4_1 grid (a Q4_1 GGUF file: its own codes, nothing lost), and
-    no quantization otherwise. "none" and None mean none.
+    "auto" is "gguf" for a GGUF file on the CPU (each tensor in its own codes, nothing lost)
+    when every tensor type it holds has a kernel here; "q4_1" with exact_only on a CPU with
+    the native kernels when a folder's weights lie on a Q4_1 grid; no quantization otherwise.
+    "none" and None mean none.
     """
     if requested in (None, "none"):
+        return None, False
+    source = gguf_source(model_dir)
+    if requested == "auto" and source is not None:
+        if device.type != "cpu":
+            return None, False
+        missing = _types_without_kernels(source)
+        if not missing:
+            return "gguf", False
+        log.warning(
+            "no kernel here for the %s tensors of %s: dequantizing the file to float, "
+            "several times its size in memory",
+            "/".join(missing),
+            source.name,
+        )
         return None, False
     if requested != "auto":
         if requested == "q4_1" and not native_kernels_available():
@@ -53,9 +75,9 @@ def resolve_quantization(
 
 def resolve_dtype(name: str, device: torch.device, quantization: str | None = None) -> torch.dtype:
     """auto = bfloat16 on CUDA or a CPU with native bf16 (AVX512-BF16/AMX), else float32;
-    always float32 under q4_1, whose kernels take float32 activations."""
+    always float32 under q4_1 and gguf, whose kernels take float32 activations."""
     if name == "auto":
-        if quantization == "q4_1":
+        if quantization in ("q4_1", "gguf"):
             return torch.float32
         if device.type == "cuda" or (device.type == "cpu" and cpu_has_bf16()):
             return torch.bfloat16
@@ -63,3 +85,17 @@ def resolve_dtype(name: str, device: torch.device, quantization: str | None = No
     if name not in DTYPES:
         raise ValueError(f"dtype must be auto or one of {sorted(DTYPES)}, got {name!r}")
     return DTYPES[name]
+
+
+def _types_without_kernels(gguf_file: Path) -> list[str]:
+    """The quantized tensor types of a GGUF file that no kernel available here computes."""
+    from gguf import GGMLQuantizationType
+
+    header = read_gguf_header(gguf_file)
+    kinds = {GGMLQuantizationType(t.type).name for t in header.tensors}
+    kinds.discard("F32")
+    if ggml_kernels_available():
+        return []
+    if native_kernels_available():
+        kinds -= NATIVE_TYPES.keys()
+    return sorted(kinds)

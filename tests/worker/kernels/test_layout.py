@@ -1,5 +1,6 @@
 """Block records: the GGUF codes and fp16 scales, 8 columns a tile, exactly as the kernels read."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -9,6 +10,7 @@ from worker.kernels.layout import (
     TILE,
     pack_q4_1,
     pack_q8_0,
+    records_from_gguf,
 )
 
 
@@ -100,3 +102,26 @@ def test_padding_columns_hold_zero_weights():
 def test_input_features_must_be_whole_blocks(pack):
     with pytest.raises(ValueError, match="multiple of 32"):
         pack(torch.randn(8, 40))
+
+
+@pytest.mark.parametrize("block_format", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("rows", [8, 13])
+def test_records_read_from_a_gguf_tensors_bytes_are_the_packed_records(block_format, rows):
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    kind = GGMLQuantizationType[block_format.upper()]
+    weight = torch.randn(rows, 96, generator=torch.Generator().manual_seed(rows)).numpy()
+    codes = quantize(weight, kind)  # the gguf package's quantizer: (rows, row bytes)
+    values = torch.from_numpy(np.asarray(dequantize(codes, kind), dtype=np.float32))
+
+    read = records_from_gguf(torch.from_numpy(codes), block_format)
+
+    packed = pack_q4_1(values) if block_format == "q4_1" else pack_q8_0(values)
+    assert read.out_features == rows
+    assert torch.equal(read.records, packed.records)
+
+
+def test_gguf_rows_of_the_wrong_width_are_refused():
+    with pytest.raises(ValueError, match="q4_1 rows must be uint8"):
+        records_from_gguf(torch.zeros(8, 21, dtype=torch.uint8), "q4_1")

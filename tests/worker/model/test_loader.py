@@ -211,7 +211,7 @@ def test_unknown_dtype_is_a_value_error_naming_it():
         resolve_dtype("int3", CPU)
 
 
-def test_gguf_is_converted_once_into_the_cache_dir(tmp_path, monkeypatch):
+def test_a_gguf_gets_a_cached_folder_of_config_and_tokenizer_and_no_weights(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("ASTRAI_CACHE_DIR", str(cache))
     reads = []
@@ -220,8 +220,8 @@ def test_gguf_is_converted_once_into_the_cache_dir(tmp_path, monkeypatch):
         reads.append(path)
         return real_read(path)
 
-    real_read = model_dir.read_gguf
-    monkeypatch.setattr(model_dir, "read_gguf", counting_read)
+    real_read = model_dir.read_gguf_config
+    monkeypatch.setattr(model_dir, "read_gguf_config", counting_read)
     hf = hf_model("smollm")
     gguf = write_gguf(hf, tmp_path / "tiny.gguf")
 
@@ -231,12 +231,24 @@ def test_gguf_is_converted_once_into_the_cache_dir(tmp_path, monkeypatch):
     assert first == second
     assert reads == [gguf]
     assert first.parent == cache / "models"
-    assert re.fullmatch(r"tiny-[0-9a-f]{16}", first.name)
+    assert re.fullmatch(r"tiny-[0-9a-f]{16}-codes", first.name)
     assert list((cache / "models").iterdir()) == [first]  # no staging folder left behind
-    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
-        p.name for p in first.iterdir()
-    }
+    names = {p.name for p in first.iterdir()}
+    assert {"config.json", "gguf_source.json", "tokenizer.json"} <= names
+    assert not [name for name in names if name.endswith(".safetensors")]
+    assert model_dir.gguf_source(first) == gguf.resolve()
+    # The float reference path dequantizes the file in memory.
     assert_same_weights(load_model(first, torch.float32, CPU, pack=False), hf)
+
+
+def test_a_gguf_folder_whose_file_is_gone_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path / "cache"))
+    gguf = write_gguf(hf_model("smollm"), tmp_path / "tiny.gguf")
+    folder = resolve_model_dir(gguf)
+    gguf.unlink()
+
+    with pytest.raises(FileNotFoundError, match=r"tiny\.gguf, which is gone"):
+        model_dir.gguf_source(folder)
 
 
 def test_gguf_tokenizer_is_saved_beside_the_weights(tmp_path, monkeypatch):

@@ -1,0 +1,70 @@
+"""GgmlLinear and GgmlEmbedding: GGUF tensors in the file's own codes, through ggml's kernels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+
+class QuantTensor(NamedTuple):
+    """A GGUF tensor as the file holds it: `data` (rows, row bytes) uint8 in ggml `type`."""
+
+    type: int  # a gguf.GGMLQuantizationType value
+    type_name: str
+    data: torch.Tensor
+    rows: int
+    cols: int
+
+    def take_rows(self, index: torch.Tensor) -> QuantTensor:
+        """These rows, in this order: each row is whole blocks, so rows move freely."""
+        return self._replace(data=self.data.index_select(0, index), rows=int(index.numel()))
+
+
+class GgmlLinear(nn.Module):
+    """x (N, in) float32 times one or more GGUF weights side by side → (N, Σ out) float32.
+
+    Several parts make a fused layer (q, k and v; gate and up) whose tensors a file may hold
+    in different types (Q4_K_M keeps some v and down projections in Q6_K): each part is
+    multiplied in its own type, the activations quantized once per dot-product format.
+    """
+
+    def __init__(self, parts: Sequence[QuantTensor], bias: torch.Tensor | None) -> None:
+        super().__init__()
+        if not parts or len({p.cols for p in parts}) != 1:
+            raise ValueError("GgmlLinear needs parts with one common input width")
+        self.weights = [p.data.contiguous() for p in parts]
+        self.types = [p.type for p in parts]
+        self.type_names = [p.type_name for p in parts]
+        self.part_rows = [p.rows for p in parts]
+        self.in_features = parts[0].cols
+        self.out_features = sum(self.part_rows)
+        self.bias = None if bias is None else bias.detach().float().contiguous()
+        self._op = torch.ops.astrai_ggml.linear.default
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._op(x.float(), self.weights, self.types, self.part_rows, self.bias)
+
+    def extra_repr(self) -> str:
+        kinds = "+".join(self.type_names)
+        return f"in={self.in_features}, out={self.out_features}, kind=ggml {kinds}"
+
+
+class GgmlEmbedding(nn.Module):
+    """Rows of a GGUF token embedding in its own codes, read out as float32 per lookup."""
+
+    def __init__(self, table: QuantTensor) -> None:
+        super().__init__()
+        self.table = table
+        self.num_embeddings = table.rows
+        self.embedding_dim = table.cols
+        self._op = torch.ops.astrai_ggml.rows.default
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        flat = self._op(self.table.data, self.table.type, self.table.cols, ids.reshape(-1))
+        return flat.view(*ids.shape, self.table.cols)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, kind=ggml {self.table.type_name}"

@@ -1,0 +1,172 @@
+"""A LlamaModel whose layers compute in a GGUF file's own codes: no float copy of any weight.
+
+Each linear layer takes the fastest kernel its tensors' type has here: Q4_1 and Q8_0 our
+native block kernels (worker/kernels/csrc, float32 activations, panels at batch), every other
+quantized type ggml's dot products (worker.model.ggml_linear), F32 a float32 layer. A type with
+no kernel on this machine is refused, naming the tensor; nothing falls back to float silently.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from worker.kernels.build import native_kernels_available
+from worker.kernels.ggml_build import ggml_isa, ggml_kernels_available
+from worker.kernels.layout import records_from_gguf
+from worker.kernels.plan import KernelPlan
+from worker.model.block_linear import BlockLinear
+from worker.model.config import ModelConfig
+from worker.model.ggml_linear import GgmlEmbedding, GgmlLinear, QuantTensor
+from worker.model.gguf_tensors import GgufFileError, read_gguf_tensors
+from worker.model.linear import PackedLinear
+from worker.model.llama import LlamaModel
+from worker.model.rope import rope_tables
+
+# Our own kernels for these GGUF types; ggml's for the other quantized ones.
+NATIVE_TYPES = {"Q4_1": "q4_1", "Q8_0": "q8_0"}
+# Each fused layer of ours and the checkpoint tensors it is made of, in order.
+FUSED = {
+    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "self_attn.o_proj": ("self_attn.o_proj",),
+    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+    "mlp.down_proj": ("mlp.down_proj",),
+}
+
+Weight = torch.Tensor | QuantTensor
+
+
+class WeightPaths:
+    """Which kernel each tensor type took, counted, for the startup line."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def add(self, type_name: str, path: str, tensors: int = 1) -> None:
+        self.counts[(type_name, path)] += tensors
+
+    def describe(self) -> str:
+        return ", ".join(
+            f"{kind} x{count} → {path}" for (kind, path), count in sorted(self.counts.items())
+        )
+
+
+def load_gguf_model(
+    gguf_path: Path, config: ModelConfig, device: torch.device, plan: KernelPlan | None = None
+) -> LlamaModel:
+    """The decoder in float32 with every weight in the file's codes (CPU only)."""
+    if device.type != "cpu":
+        raise ValueError("a GGUF's own codes run on the CPU; on CUDA it is dequantized at load")
+    plan = plan or KernelPlan()
+    tensors = read_gguf_tensors(gguf_path)
+    paths = WeightPaths()
+    with torch.device("meta"):
+        model = LlamaModel(config)
+    for i, block in enumerate(model.blocks):
+        for target, sources in FUSED.items():
+            names = [f"model.layers.{i}.{source}" for source in sources]
+            owner_path, attr = target.rsplit(".", 1)
+            layer = _linear(gguf_path, tensors, names, plan, paths)
+            setattr(block.get_submodule(owner_path), attr, layer)
+    embed = _take(gguf_path, tensors, "model.embed_tokens.weight")
+    head = tensors.get("lm_head.weight", embed)
+    head_name = "lm_head.weight" if "lm_head.weight" in tensors else "model.embed_tokens.weight"
+    head_layer = _linear(gguf_path, {head_name: head}, [head_name], plan, paths, suffix="")
+    # The packed head replaces it.
+    model.lm_head = nn.Identity()  # type: ignore[assignment]
+    if isinstance(embed, QuantTensor) and ggml_kernels_available():
+        model.embed_tokens = GgmlEmbedding(embed)  # type: ignore[assignment]
+        paths.add(embed.type_name, "rows read by ggml")
+    elif isinstance(embed, QuantTensor):
+        if embed.type_name not in NATIVE_TYPES:
+            _require_ggml(gguf_path, "token_embd.weight", embed.type_name)
+        # Without ggml, the one table our own kernels cannot look rows up in is widened.
+        embed = _dequantized(embed)
+        paths.add("token_embd", "float32 (no ggml here)")
+    model = model.to_empty(device=device)
+    with torch.no_grad():
+        if isinstance(embed, torch.Tensor):
+            model.embed_tokens.weight.copy_(embed)
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.copy_(_float(gguf_path, tensors, f"model.{name}"))
+    model.rope_cos, model.rope_sin = (t.to(device) for t in rope_tables(config))
+    model.install_head(head_layer, takes_float32=True)
+    model.weight_paths = paths.describe()
+    return model.eval()
+
+
+def _take(gguf_path: Path, tensors: dict[str, Weight], name: str) -> Weight:
+    if name not in tensors:
+        raise GgufFileError(f"{gguf_path}: missing tensor {name!r}")
+    return tensors[name]
+
+
+def _float(gguf_path: Path, tensors: dict[str, Weight], name: str) -> torch.Tensor:
+    value = _take(gguf_path, tensors, name)
+    if isinstance(value, QuantTensor):
+        raise GgufFileError(f"{gguf_path}: tensor {name} is {value.type_name}; norms must be F32")
+    return value
+
+
+def _require_ggml(gguf_path: Path, tensor: str, type_name: str) -> None:
+    if not ggml_kernels_available():
+        raise GgufFileError(
+            f"{gguf_path}: tensor {tensor} is {type_name}, which needs ggml's CPU kernels, "
+            "unavailable here (see the warning above; they build with cmake and g++)"
+        )
+
+
+def _linear(
+    gguf_path: Path,
+    tensors: dict[str, Weight],
+    names: Sequence[str],
+    plan: KernelPlan,
+    paths: WeightPaths,
+    suffix: str = ".weight",
+) -> nn.Module:
+    """One (fused) layer from the named tensors, in the fastest kernel their types allow."""
+    parts = [_take(gguf_path, tensors, f"{name}{suffix}") for name in names]
+    biases = [tensors.get(f"{name}.bias") for name in names] if suffix else []
+    bias = None
+    if any(b is not None for b in biases):
+        bias = torch.cat([_float(gguf_path, tensors, f"{n}.bias") for n in names])
+    if all(isinstance(p, torch.Tensor) for p in parts):
+        weight = torch.cat([p for p in parts if isinstance(p, torch.Tensor)])
+        paths.add("F32", "float32 layers", len(parts))
+        return PackedLinear(weight.contiguous(), bias, float32_layout=plan.float32_layout)
+    quant = [_as_quant(p) for p in parts]
+    kinds = {q.type_name for q in quant}
+    if len(kinds) == 1 and (kind := kinds.pop()) in NATIVE_TYPES and native_kernels_available():
+        raw = torch.cat([q.data for q in quant])
+        records = records_from_gguf(raw, NATIVE_TYPES[kind])
+        paths.add(kind, f"native {kind} kernel", len(parts))
+        return BlockLinear(records, bias, NATIVE_TYPES[kind], plan.panel_rows)
+    for name, q in zip(names, quant, strict=True):
+        _require_ggml(gguf_path, name, q.type_name)
+        paths.add(q.type_name, f"ggml ({ggml_isa()})")
+    return GgmlLinear(quant, bias)
+
+
+def _as_quant(weight: Weight) -> QuantTensor:
+    """An F32 part of a layer whose other parts are quantized, as ggml's F32 type."""
+    if isinstance(weight, QuantTensor):
+        return weight
+    from gguf import GGMLQuantizationType
+
+    data = weight.float().contiguous().view(torch.uint8)
+    rows, cols = weight.shape
+    return QuantTensor(int(GGMLQuantizationType.F32), "F32", data, rows, cols)
+
+
+def _dequantized(table: QuantTensor) -> torch.Tensor:
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    values = dequantize(table.data.numpy(), GGMLQuantizationType(table.type))
+    return torch.from_numpy(np.asarray(values, dtype=np.float32).reshape(table.rows, table.cols))

@@ -1,0 +1,126 @@
+"""A GGUF file's tensors as the file holds them: memory-mapped codes, never widened to float."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from worker.model.ggml_linear import QuantTensor
+from worker.model.gguf_header import GgufFormatError, GgufHeader, TensorInfo, read_header
+from worker.model.gguf_reader import config_from_metadata, hf_name, qk_heads, unpermute_rows
+
+
+class GgufFileError(ValueError):
+    """A GGUF file that cannot be served, with the file and the cause named."""
+
+
+def read_gguf_header(path: Path) -> GgufHeader:
+    try:
+        return read_header(path)
+    except (GgufFormatError, OSError) as exc:
+        raise GgufFileError(f"{path}: not a readable GGUF file: {exc}") from exc
+
+
+def read_gguf_config(path: Path) -> dict[str, Any]:
+    """The config dict of a GGUF file, as config.json would hold it, without its tensors."""
+    header = read_gguf_header(path)
+    config = _config(path, header)
+    _row_layouts(path, header)  # every tensor's type known and its bytes inside the file
+    names = {t.name: t for t in header.tensors}
+    embed = names.get("token_embd.weight")
+    if embed is None or len(embed.dims) != 2:
+        raise GgufFileError(f"{path}: no 2-D token_embd.weight tensor")
+    unknown = [t.name for t in header.tensors if _unknown_name(t.name)]
+    if unknown:
+        raise GgufFileError(f"{path}: tensors this architecture does not have: {unknown[:4]}")
+    config["vocab_size"] = int(embed.dims[1])
+    config["tie_word_embeddings"] = "output.weight" not in names
+    return config
+
+
+def read_gguf_tensors(path: Path) -> dict[str, torch.Tensor | QuantTensor]:
+    """Tensors under Hugging Face names: F32 ones as float32 torch tensors, every other type
+    as a QuantTensor; both view the memory-mapped file (llama's q/k rows are copied, in
+    rotate-half order). The map lives as long as any tensor that views it."""
+    from gguf import GGMLQuantizationType
+
+    header = read_gguf_header(path)
+    config = _config(path, header)
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    tensors: dict[str, torch.Tensor | QuantTensor] = {}
+    for info, (rows, cols, row_bytes) in zip(
+        header.tensors, _row_layouts(path, header), strict=True
+    ):
+        try:
+            name = hf_name(info.name)
+        except ValueError as exc:
+            raise GgufFileError(f"{path}: {exc}") from exc
+        kind = GGMLQuantizationType(info.type)
+        raw = _view(data, info, rows * row_bytes).view(rows, row_bytes)
+        heads = qk_heads(name, config) if config["model_type"] == "llama" else 0
+        value: torch.Tensor | QuantTensor
+        if kind == GGMLQuantizationType.F32:
+            value = raw.view(torch.float32).reshape(tuple(reversed(info.dims)))
+            if heads:
+                value = value.index_select(0, unpermute_rows(value.shape[0], heads))
+        else:
+            if len(info.dims) != 2:
+                raise GgufFileError(f"{path}: tensor {info.name} of type {kind.name} is not 2-D")
+            value = QuantTensor(int(kind), kind.name, raw, rows, cols)
+            if heads:
+                value = value.take_rows(unpermute_rows(rows, heads))
+        tensors[name] = value
+    return tensors
+
+
+def _config(path: Path, header: GgufHeader) -> dict[str, Any]:
+    try:
+        return config_from_metadata(header.metadata)
+    except (ValueError, TypeError) as exc:
+        raise GgufFileError(f"{path}: {exc}") from exc
+
+
+def _row_layouts(path: Path, header: GgufHeader) -> list[tuple[int, int, int]]:
+    """(rows, row length, row bytes) of each tensor; GgufFileError naming the first one whose
+    type is unknown, whose rows split a block, or whose bytes run past the end of the file."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    layouts = []
+    for info in header.tensors:
+        try:
+            kind = GGMLQuantizationType(info.type)
+        except ValueError as exc:
+            raise GgufFileError(f"{path}: tensor {info.name}: {exc}") from exc
+        block, block_bytes = GGML_QUANT_SIZES[kind]
+        cols, rows = info.dims[0], math.prod(info.dims[1:])
+        if cols % block:
+            raise GgufFileError(f"{path}: tensor {info.name} rows of {cols} split {kind.name}")
+        row_bytes = cols // block * block_bytes
+        end = info.offset + rows * row_bytes
+        if end > header.file_size:
+            raise GgufFileError(
+                f"{path}: truncated: tensor {info.name} ends at byte {end}, "
+                f"the file at {header.file_size}"
+            )
+        layouts.append((rows, cols, row_bytes))
+    return layouts
+
+
+def _view(data: np.memmap[Any, Any], info: TensorInfo, size: int) -> torch.Tensor:
+    """The tensor's bytes in the read-only map: the weights are only ever read."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "non-writable array"
+        return torch.from_numpy(data[info.offset : info.offset + size])
+
+
+def _unknown_name(gguf_name: str) -> bool:
+    try:
+        hf_name(gguf_name)
+    except ValueError:
+        return True
+    return False
