@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint format bench bench-engine bench-grammar bench-drafts soak serve browser clean
+.PHONY: install test test-fast lint format bench bench-types bench-engine bench-grammar bench-drafts soak serve browser clean
 
 install: $(STAMP)
 
@@ -41,6 +41,11 @@ format: install
 bench: install
 	PYTHON=$(abspath $(BIN)/python) $(BIN)/python -m bench.speed_bench --out docs/bench
 	$(BIN)/python -m bench.routing_bench --out docs/bench
+
+# The GGUF types people bring (the default model requantized by llama-quantize, a 1 B-class
+# Llama in Q4_K_M), astrai serve against llama-server on each file (docs/BENCHMARKS.md).
+bench-types: install
+	$(BIN)/python -m bench.types_bench --out docs/bench
 
 # The engine in-process and its precision options next to transformers.
 bench-engine: install

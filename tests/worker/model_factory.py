@@ -68,6 +68,8 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     # caller builds, so sliding is exercised only where a test builds a windowed mask.
     "mistral": {**_SMALL, "model_type": "mistral", "num_key_value_heads": 1, "sliding_window": 48},
     "qwen2": {**_SMALL, "model_type": "qwen2", "rope_parameters": {"rope_theta": 1e6}},
+    # Qwen3: no q/k/v biases, an RMSNorm over each q and k head before RoPE.
+    "qwen3": {**_SMALL, "model_type": "qwen3", "rope_parameters": {"rope_theta": 1e6}},
     # SmolLM-like: tied embeddings, 6 heads on 2 kv heads, head_dim implied by hidden / heads.
     "smollm": {
         **{k: v for k, v in _SMALL.items() if k != "head_dim"},
@@ -267,6 +269,9 @@ _GGUF_BLOCK = {
     "self_attn.k_proj.bias": "attn_k.bias",
     "self_attn.v_proj.bias": "attn_v.bias",
     "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.o_proj.bias": "attn_output.bias",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
     "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
@@ -327,6 +332,8 @@ def write_gguf(model: PreTrainedModel, path: Path, types: dict[str, str] | None 
     writer.add_head_count(config.num_attention_heads)
     writer.add_head_count_kv(config.num_key_value_heads)
     writer.add_rope_dimension_count(config.head_dim)
+    writer.add_key_length(config.head_dim)
+    writer.add_value_length(config.head_dim)
     writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     if config.rope_parameters.get("rope_type") == "linear":
@@ -365,3 +372,32 @@ def write_gguf(model: PreTrainedModel, path: Path, types: dict[str, str] | None 
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def requantize_gguf(source: Path, target: Path, types: dict[str, str]) -> Path:
+    """`source` with its 2-D tensors requantized as `types` says (keys as write_gguf's; others
+    keep their codes), every metadata key copied: the same model, another mix of types."""
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+    from gguf.quants import dequantize
+
+    reader = GGUFReader(str(source))
+    writer = GGUFWriter(str(target), str(reader.fields["general.architecture"].contents()))
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        kind = field.types[0]
+        sub = field.types[1] if kind == GGUFValueType.ARRAY else None
+        writer.add_key_value(name, field.contents(), kind, sub_type=sub)
+    for tensor in reader.tensors:
+        kind = types.get(tensor.name) or types.get(tensor.name.split(".", 2)[-1])
+        if kind is None or len(tensor.shape) != 2:
+            writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
+            continue
+        values = np.asarray(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
+        qtype = GGMLQuantizationType[kind]
+        writer.add_tensor(tensor.name, _quantize(values, kind), raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return target

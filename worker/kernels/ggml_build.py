@@ -98,45 +98,74 @@ def _isa_cflags() -> str:
     return " ".join(flags)
 
 
-@functools.cache
-def build_key() -> str | None:
-    compiler = compiler_command()
-    if compiler is None or shutil.which("cmake") is None:
-        return None
+def _libraries_key() -> str:
+    """What ggml's static libraries depend on: the CPU, the source version and the flags."""
     digest = hashlib.sha256()
-    digest.update(f"{cpu_signature()}|{torch.__version__}|{LLAMA_CPP_PYTHON_VERSION}".encode())
+    digest.update(f"{cpu_signature()}|{LLAMA_CPP_PYTHON_VERSION}".encode())
     digest.update(" ".join((*CMAKE_OPTIONS, _isa_cflags(), *compiler_flags())).encode())
-    digest.update(SOURCE.read_bytes())
     digest.update((PROJECT / "CMakeLists.txt").read_bytes())
     return digest.hexdigest()[:16]
 
 
-def _compile(compiler: str, ggml: Path, work: Path, target: Path) -> None:
-    flags = _isa_cflags()
-    configure = ["cmake", "-S", str(PROJECT), "-B", str(work / "build"), *CMAKE_OPTIONS]
-    configure.append(f"-DGGML_SOURCE={ggml}")
-    configure += [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
-    if shutil.which("ninja"):
-        configure += ["-G", "Ninja"]
-    _run(configure, "configuring ggml")
-    jobs = str(os.cpu_count() or 1)
-    _run(
-        ["cmake", "--build", str(work / "build"), "--target", "ggml-cpu", "ggml-base", "-j", jobs],
-        "building ggml",
-    )
-    archives = {p.name: p for p in (work / "build").rglob("libggml-*.a")}
-    if not {"libggml-cpu.a", "libggml-base.a"} <= archives.keys():
-        raise KernelBuildError(f"ggml's build made {sorted(archives)}, not its CPU libraries")
+@functools.cache
+def build_key() -> str | None:
+    """The ops library's key: ggml's libraries, torch's version and the ops' source."""
+    compiler = compiler_command()
+    if compiler is None or shutil.which("cmake") is None:
+        return None
+    digest = hashlib.sha256()
+    digest.update(f"{_libraries_key()}|{torch.__version__}".encode())
+    digest.update(SOURCE.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _libraries(ggml: Path) -> tuple[Path, Path]:
+    """(libggml-cpu.a, libggml-base.a), built once per CPU and flags (~1.5 min on 2 cores)."""
+    folder = cache_root() / "ggml" / f"libs-{_libraries_key()}"
+    names = ("libggml-cpu.a", "libggml-base.a")
+    if all((folder / name).is_file() for name in names):
+        return folder / names[0], folder / names[1]
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".libs-", dir=folder.parent))
+    try:
+        flags = _isa_cflags()
+        configure = ["cmake", "-S", str(PROJECT), "-B", str(staging / "build"), *CMAKE_OPTIONS]
+        configure.append(f"-DGGML_SOURCE={ggml}")
+        configure += [f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}"]
+        if shutil.which("ninja"):
+            configure += ["-G", "Ninja"]
+        _run(configure, "configuring ggml")
+        jobs = str(os.cpu_count() or 1)
+        build = ["cmake", "--build", str(staging / "build"), "--target", "ggml-cpu", "ggml-base"]
+        _run([*build, "-j", jobs], "building ggml")
+        archives = {p.name: p for p in (staging / "build").rglob("libggml-*.a")}
+        if not set(names) <= archives.keys():
+            raise KernelBuildError(f"ggml's build made {sorted(archives)}, not its CPU libraries")
+        (staging / "out").mkdir()
+        for name in names:
+            shutil.copy2(archives[name], staging / "out" / name)
+        try:
+            (staging / "out").rename(folder)
+        except OSError:
+            if not all((folder / name).is_file() for name in names):
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder / names[0], folder / names[1]
+
+
+def _compile(compiler: str, ggml: Path, target: Path) -> None:
+    cpu_archive, base_archive = _libraries(ggml)
     includes, lib_dir = torch_dirs()
     abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
-    obj = work / "ggml_ops.o"
+    obj = target.parent / "ggml_ops.o"
     cmd = [compiler, *compiler_flags(), abi, *(f"-I{d}" for d in includes)]
     cmd += [f"-I{ggml / 'include'}", "-c", str(SOURCE), "-o", str(obj)]
     _run(cmd, "compiling ggml_ops.cpp")
-    link = [compiler, "-shared", str(obj), str(archives["libggml-cpu.a"])]
-    link += [str(archives["libggml-base.a"]), f"-L{lib_dir}", "-ltorch_cpu", "-lc10"]
-    link += ["-lpthread", "-lm", "-o", str(target)]
+    link = [compiler, "-shared", str(obj), str(cpu_archive), str(base_archive)]
+    link += [f"-L{lib_dir}", "-ltorch_cpu", "-lc10", "-lpthread", "-lm", "-o", str(target)]
     _run(link, "linking the ggml ops")
+    obj.unlink()
 
 
 def build_library() -> Path:
@@ -154,9 +183,8 @@ def build_library() -> Path:
     staging = Path(tempfile.mkdtemp(prefix=".build-", dir=folder.parent))
     try:
         start = time.monotonic()
-        log.info("compiling ggml's CPU kernels for this machine (once, ~2 min)")
-        _compile(compiler, ggml, staging, staging / LIBRARY_NAME)
-        shutil.rmtree(staging / "build", ignore_errors=True)
+        log.info("compiling ggml's CPU kernels for this machine (once, ~1.5 min)")
+        _compile(compiler, ggml, staging / LIBRARY_NAME)
         try:
             staging.rename(folder)
         except OSError:

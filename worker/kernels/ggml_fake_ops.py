@@ -11,6 +11,7 @@ def _linear(
     weights: list[torch.Tensor],
     types: list[int],
     out_features: list[int],
+    woven: list[int],
     bias: torch.Tensor | None,
 ) -> torch.Tensor:
     return x.new_empty((x.shape[0], sum(out_features)), dtype=torch.float32)

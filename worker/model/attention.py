@@ -8,6 +8,7 @@ from torch import nn
 
 from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.config import ModelConfig
+from worker.model.norm import RMSNorm
 from worker.model.paged_attention import attend_in_place
 from worker.model.rope import apply_rope
 from worker.model.shared_prefix import attend_shared
@@ -27,6 +28,9 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(
             config.num_heads * config.head_dim, config.hidden_size, bias=config.o_bias
         )
+        # Qwen3 normalises each head of q and k (one weight over head_dim) before RoPE.
+        self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps) if config.qk_norm else None
 
     def forward(
         self,
@@ -49,13 +53,24 @@ class Attention(nn.Module):
         """(N, H * D): RoPE, the step's k/v written into the cache, attention; no o_proj."""
         n = qkv.shape[0]
         h, kvh = self.num_heads, self.num_kv_heads
-        qkv = qkv.view(n, h + 2 * kvh, self.head_dim)
+        qkv = self.with_normed_qk(qkv).view(n, h + 2 * kvh, self.head_dim)
         qk = apply_rope(qkv[:, : h + kvh], cos, sin)  # (N, H + KVH, D), RoPE before the write
         q, k, v = qk[:, :h], qk[:, h:], qkv[:, h + kvh :]
         k_cache, v_cache = kv
         k_cache.index_copy_(0, batch.write_slots, k.to(k_cache.dtype))
         v_cache.index_copy_(0, batch.write_slots, v.to(v_cache.dtype))
         return self._attend(q, k_cache, v_cache, batch)
+
+    def with_normed_qk(self, qkv: torch.Tensor) -> torch.Tensor:
+        """qkv (N, (H + 2 KVH) * D) with each q and k head normalised, where the model has
+        q/k norms (Qwen3); as it is otherwise."""
+        if self.q_norm is None or self.k_norm is None:
+            return qkv
+        h, kvh, d = self.num_heads, self.num_kv_heads, self.head_dim
+        heads = qkv.view(qkv.shape[0], h + 2 * kvh, d)
+        q = self.q_norm(heads[:, :h]).to(qkv.dtype)
+        k = self.k_norm(heads[:, h : h + kvh]).to(qkv.dtype)
+        return torch.cat([q, k, heads[:, h + kvh :]], dim=1).view(qkv.shape)
 
     def _attend(
         self,

@@ -10,7 +10,7 @@ from torch import nn
 from worker.kernels.layout import BlockRecords, BlockWeights, pack_q4_1, pack_q8_0
 
 if TYPE_CHECKING:
-    from worker.model.llama import RMSNorm
+    from worker.model.norm import RMSNorm
 
 BLOCK_FORMATS = ("q4_1", "q8_0")
 # Rows from which the panel kernel beats the direct one, until the probe measures this CPU.

@@ -1,11 +1,11 @@
-"""Model configuration for the Llama family, parsed from a Hugging Face config.json dict."""
+"""Model configuration for the Llama family (and Qwen3), parsed from a config.json dict."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -48,6 +48,7 @@ class ModelConfig:
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
+    qk_norm: bool = False  # Qwen3: an RMSNorm over each head of q and k, before RoPE
     sliding_window: int | None = None
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
@@ -95,8 +96,9 @@ class ModelConfig:
         eos = hf.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
         sliding = hf.get("sliding_window")
-        if model_type == "qwen2" and not hf.get("use_sliding_window", False):
+        if model_type in ("qwen2", "qwen3") and not hf.get("use_sliding_window", False):
             sliding = None
+        attention_bias = bool(hf.get("attention_bias", False))
         return cls(
             model_type=model_type,
             vocab_size=hf["vocab_size"],
@@ -111,10 +113,11 @@ class ModelConfig:
             rope_theta=rope.pop("rope_theta"),
             rope_scaling=RopeScaling(**rope),
             tie_word_embeddings=hf.get("tie_word_embeddings", False),
-            # Qwen2 always carries q/k/v biases; Llama only when attention_bias is set.
-            qkv_bias=model_type == "qwen2" or bool(hf.get("attention_bias", False)),
-            o_bias=model_type != "qwen2" and bool(hf.get("attention_bias", False)),
+            # Qwen2 always carries q/k/v biases; the others only when attention_bias is set.
+            qkv_bias=model_type == "qwen2" or attention_bias,
+            o_bias=model_type != "qwen2" and attention_bias,
             mlp_bias=bool(hf.get("mlp_bias", False)),
+            qk_norm=model_type == "qwen3",
             sliding_window=sliding,
             bos_token_id=hf.get("bos_token_id"),
             eos_token_ids=eos_ids,

@@ -29,13 +29,22 @@ class GgmlLinear(nn.Module):
     Several parts make a fused layer (q, k and v; gate and up) whose tensors a file may hold
     in different types (Q4_K_M keeps some v and down projections in Q6_K): each part is
     multiplied in its own type, the activations quantized once per dot-product format.
+    A part whose type ggml's CPU backend interleaves on this CPU (Q4_0, Q4_K, IQ4_NL with
+    AVX2, Q2_K with AVX-512: eight rows woven block by block, as llama.cpp serves them) is
+    woven once here by ggml's own repack code and multiplied by its gemv/gemm kernels; the
+    others one dot product per output (`vec_dot`).
     """
 
     def __init__(self, parts: Sequence[QuantTensor], bias: torch.Tensor | None) -> None:
         super().__init__()
         if not parts or len({p.cols for p in parts}) != 1:
             raise ValueError("GgmlLinear needs parts with one common input width")
-        self.weights = [p.data.contiguous() for p in parts]
+        ops = torch.ops.astrai_ggml
+        self.woven = [int(ops.can_interleave(p.type, p.rows)) for p in parts]
+        self.weights = [
+            ops.interleave(p.data, p.type, p.cols) if woven else p.data.contiguous()
+            for p, woven in zip(parts, self.woven, strict=True)
+        ]
         self.types = [p.type for p in parts]
         self.type_names = [p.type_name for p in parts]
         self.part_rows = [p.rows for p in parts]
@@ -45,10 +54,13 @@ class GgmlLinear(nn.Module):
         self._op = torch.ops.astrai_ggml.linear.default
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._op(x.float(), self.weights, self.types, self.part_rows, self.bias)
+        return self._op(x.float(), self.weights, self.types, self.part_rows, self.woven, self.bias)
 
     def extra_repr(self) -> str:
-        kinds = "+".join(self.type_names)
+        kinds = "+".join(
+            f"{name} woven" if woven else name
+            for name, woven in zip(self.type_names, self.woven, strict=True)
+        )
         return f"in={self.in_features}, out={self.out_features}, kind=ggml {kinds}"
 
 

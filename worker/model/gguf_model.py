@@ -63,7 +63,8 @@ def load_gguf_model(
     if device.type != "cpu":
         raise ValueError("a GGUF's own codes run on the CPU; on CUDA it is dequantized at load")
     plan = plan or KernelPlan()
-    tensors = read_gguf_tensors(gguf_path)
+    weights = read_gguf_tensors(gguf_path)
+    tensors = weights.tensors
     paths = WeightPaths()
     with torch.device("meta"):
         model = LlamaModel(config)
@@ -98,7 +99,22 @@ def load_gguf_model(
     model.rope_cos, model.rope_sin = (t.to(device) for t in rope_tables(config))
     model.install_head(head_layer, takes_float32=True)
     model.weight_paths = paths.describe()
+    weights.release_unused(_byte_tensors(model))
     return model.eval()
+
+
+def _byte_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """The uint8 tensors the model's modules hold (codes that may view the file)."""
+    found = []
+    for module in model.modules():
+        values = list(vars(module).values())
+        if isinstance(module, GgmlEmbedding):
+            values.append(module.table.data)
+        for value in values:
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, torch.Tensor) and item.dtype == torch.uint8:
+                    found.append(item)
+    return found
 
 
 def _take(gguf_path: Path, tensors: dict[str, Weight], name: str) -> Weight:
@@ -149,8 +165,10 @@ def _linear(
         return BlockLinear(records, bias, NATIVE_TYPES[kind], plan.panel_rows)
     for name, q in zip(names, quant, strict=True):
         _require_ggml(gguf_path, name, q.type_name)
-        paths.add(q.type_name, f"ggml ({ggml_isa()})")
-    return GgmlLinear(quant, bias)
+    layer = GgmlLinear(quant, bias)
+    for q, woven in zip(quant, layer.woven, strict=True):
+        paths.add(q.type_name, f"ggml {'interleaved' if woven else 'vec_dot'} ({ggml_isa()})")
+    return layer
 
 
 def _as_quant(weight: Weight) -> QuantTensor:

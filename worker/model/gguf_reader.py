@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 # GGUF architecture name → transformers model_type.
-ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2"}
+ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3"}
 
 # Per-block GGUF tensor names → Hugging Face names (after `model.layers.{i}.`).
 BLOCK_TENSORS = {
@@ -22,6 +22,9 @@ BLOCK_TENSORS = {
     "attn_k.bias": "self_attn.k_proj.bias",
     "attn_v.bias": "self_attn.v_proj.bias",
     "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_output.bias": "self_attn.o_proj.bias",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
@@ -76,7 +79,7 @@ def _config_from_metadata(meta: dict[str, Any], arch: str) -> dict[str, Any]:
 
     num_heads = int(key("attention.head_count"))
     hidden = int(key("embedding_length"))
-    head_dim = int(key("rope.dimension_count", hidden // num_heads))
+    head_dim = int(key("attention.key_length", key("rope.dimension_count", hidden // num_heads)))
     config: dict[str, Any] = {
         "model_type": ARCHITECTURES[arch],
         "hidden_size": hidden,

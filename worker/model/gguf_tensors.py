@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
+import mmap
 import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +46,41 @@ def read_gguf_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def read_gguf_tensors(path: Path) -> dict[str, torch.Tensor | QuantTensor]:
+@dataclass
+class GgufWeights:
+    """The tensors of a memory-mapped GGUF file, and the map they view."""
+
+    tensors: dict[str, torch.Tensor | QuantTensor]
+    mapping: mmap.mmap
+    spans: list[tuple[int, int]]  # each tensor's bytes in the file
+
+    def release_unused(self, kept: Iterable[torch.Tensor]) -> None:
+        """Drop from this process's resident pages the tensors no kept tensor views.
+
+        Why: reading a tensor into a kernel's own layout touches its pages of the map, which
+        then count in the process's RSS as long as the map lives (a second copy of the
+        weights). The kernels that read the file in place keep their pages; the rest are
+        handed back (they stay in the page cache, unowned)."""
+        base = _address(self.mapping)
+        views = sorted(
+            (t.data_ptr() - base, t.data_ptr() - base + t.nbytes)
+            for t in kept
+            if base <= t.data_ptr() < base + len(self.mapping)
+        )
+        page = mmap.PAGESIZE
+        for start, end in self.spans:
+            if any(a < end and start < b for a, b in views):
+                continue
+            first = -(-start // page) * page  # whole pages inside the tensor only
+            if end - first >= page:
+                self.mapping.madvise(mmap.MADV_DONTNEED, first, (end - first) // page * page)
+
+
+def _address(mapping: mmap.mmap) -> int:
+    return int(np.frombuffer(mapping, dtype=np.uint8).ctypes.data)
+
+
+def read_gguf_tensors(path: Path) -> GgufWeights:
     """Tensors under Hugging Face names: F32 ones as float32 torch tensors, every other type
     as a QuantTensor; both view the memory-mapped file (llama's q/k rows are copied, in
     rotate-half order). The map lives as long as any tensor that views it."""
@@ -51,8 +88,11 @@ def read_gguf_tensors(path: Path) -> dict[str, torch.Tensor | QuantTensor]:
 
     header = read_gguf_header(path)
     config = _config(path, header)
-    data = np.memmap(path, dtype=np.uint8, mode="r")
+    with path.open("rb") as handle:
+        mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    data = np.frombuffer(mapping, dtype=np.uint8)
     tensors: dict[str, torch.Tensor | QuantTensor] = {}
+    spans = []
     for info, (rows, cols, row_bytes) in zip(
         header.tensors, _row_layouts(path, header), strict=True
     ):
@@ -61,6 +101,7 @@ def read_gguf_tensors(path: Path) -> dict[str, torch.Tensor | QuantTensor]:
         except ValueError as exc:
             raise GgufFileError(f"{path}: {exc}") from exc
         kind = GGMLQuantizationType(info.type)
+        spans.append((info.offset, info.offset + rows * row_bytes))
         raw = _view(data, info, rows * row_bytes).view(rows, row_bytes)
         heads = qk_heads(name, config) if config["model_type"] == "llama" else 0
         value: torch.Tensor | QuantTensor
@@ -75,7 +116,7 @@ def read_gguf_tensors(path: Path) -> dict[str, torch.Tensor | QuantTensor]:
             if heads:
                 value = value.take_rows(unpermute_rows(rows, heads))
         tensors[name] = value
-    return tensors
+    return GgufWeights(tensors, mapping, spans)
 
 
 def _config(path: Path, header: GgufHeader) -> dict[str, Any]:
@@ -111,7 +152,7 @@ def _row_layouts(path: Path, header: GgufHeader) -> list[tuple[int, int, int]]:
     return layouts
 
 
-def _view(data: np.memmap[Any, Any], info: TensorInfo, size: int) -> torch.Tensor:
+def _view(data: np.ndarray[Any, Any], info: TensorInfo, size: int) -> torch.Tensor:
     """The tensor's bytes in the read-only map: the weights are only ever read."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "non-writable array"
@@ -124,3 +165,20 @@ def _unknown_name(gguf_name: str) -> bool:
     except ValueError:
         return True
     return False
+
+
+def dequantized_state(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor as float32 under Hugging Face names: the reference path (tests, float
+    serving by request), several times the file's size in memory. The gguf package's numpy
+    code dequantizes, independently of the kernels."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    state = {}
+    for name, value in read_gguf_tensors(path).tensors.items():
+        if isinstance(value, QuantTensor):
+            kind = GGMLQuantizationType(value.type)
+            values = np.asarray(dequantize(value.data.numpy(), kind), dtype=np.float32)
+            value = torch.from_numpy(values.reshape(value.rows, value.cols))
+        state[name] = value.clone()  # F32 tensors view the map; the state owns its memory
+    return state

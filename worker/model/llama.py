@@ -1,4 +1,4 @@
-"""Llama-family decoder (Llama, Mistral, Qwen2, SmolLM): norms, MLP, blocks, packed logits."""
+"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, SmolLM): MLP, blocks, packed logits."""
 
 from __future__ import annotations
 
@@ -18,20 +18,9 @@ from worker.model.block_linear import BlockLinear
 from worker.model.config import ModelConfig
 from worker.model.linear import PackedLinear
 from worker.model.native_prefill import prefill_block
+from worker.model.norm import RMSNorm
 from worker.model.packing import LINEAR_PATHS, block_linear, check_quantization, pack_linear
 from worker.model.rope import rope_tables
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in float32 like the reference implementation, scale in the weights' dtype.
-        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
-        return self.weight * normed.to(self.weight.dtype)
 
 
 class MLP(nn.Module):
@@ -92,6 +81,7 @@ class LlamaModel(nn.Module):
         # every layer in one native call when all of them are Q4_1 blocks.
         self.native_decode = False
         self.stacked_blocks: tuple[list[torch.Tensor | None], ...] | None = None
+        self.fused_blocks = False  # every layer Q4_1 blocks: prompt chunks with norms fused in
         cos, sin = rope_tables(config)
         # Kept in float32 and cast per forward, as the reference does.
         self.register_buffer("rope_cos", cos, persistent=False)
@@ -130,7 +120,7 @@ class LlamaModel(nn.Module):
         x = self.embed_tokens(input_ids).float()  # (N, hidden)
         cos = self.rope_cos[batch.positions].to(self.dtype).unsqueeze(1)  # (N, 1, D)
         sin = self.rope_sin[batch.positions].to(self.dtype).unsqueeze(1)
-        fused = self.stacked_blocks is not None  # every layer Q4_1 blocks: norms fused in
+        fused = self.fused_blocks
         for layer, kv in zip(self.blocks, kv_layers, strict=True):
             x = (
                 prefill_block(layer, x, cos, sin, batch, kv)
@@ -199,6 +189,7 @@ class LlamaModel(nn.Module):
             self.device.type == "cpu" and self.dtype == torch.float32 and native_kernels_available()
         )
         self.stacked_blocks = native_decode.stack_blocks(self) if self.native_decode else None
+        self.fused_blocks = self.native_decode and native_decode.all_q4_1_blocks(self)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:  # (S, hidden) float32
         if self._head is None:

@@ -11,7 +11,7 @@ from safetensors import safe_open
 from worker.kernels.plan import KernelPlan
 from worker.model.config import ModelConfig
 from worker.model.gguf_model import load_gguf_model
-from worker.model.gguf_reader import read_gguf
+from worker.model.gguf_tensors import dequantized_state
 from worker.model.llama import LlamaModel
 from worker.model.model_dir import gguf_source
 from worker.model.rope import rope_tables
@@ -87,7 +87,7 @@ def load_model(
 def _read_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
     source = gguf_source(model_dir)
     if source is not None:
-        return read_gguf(source)[1]
+        return dequantized_state(source)
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors in {model_dir}")

@@ -20,7 +20,8 @@ from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.block_linear import BlockLinear
 
 if TYPE_CHECKING:
-    from worker.model.llama import Block, LlamaModel, RMSNorm
+    from worker.model.llama import Block, LlamaModel
+    from worker.model.norm import RMSNorm
 
 
 def handles(model: LlamaModel, batch: ForwardBatch, kv_layers: Sequence[LayerKV]) -> bool:
@@ -64,21 +65,31 @@ def forward(
     return model._logits(x)
 
 
+def _linears(model: LlamaModel) -> list[tuple[nn.Module, ...]]:
+    return [
+        (b.self_attn.qkv_proj, b.self_attn.o_proj, b.mlp.gate_up_proj, b.mlp.down_proj)
+        for b in model.blocks
+    ]
+
+
+def all_q4_1_blocks(model: LlamaModel) -> bool:
+    """Whether every linear layer is Q4_1 blocks (the fused prefill layers apply then)."""
+    return all(
+        isinstance(linear, BlockLinear) and linear.block_format == "q4_1"
+        for group in _linears(model)
+        for linear in group
+    )
+
+
 def stack_blocks(model: LlamaModel) -> tuple[list[torch.Tensor | None], ...] | None:
     """The per-layer weights astrai::decode_layers takes (records, norms, biases), when every
-    linear layer is Q4_1 blocks and the norms share the config's eps; else None."""
+    linear layer is Q4_1 blocks, the norms share the config's eps and the model has no q/k
+    norms (the one-call stack has none); else None."""
     layers = model.blocks
-    linears: list[tuple[nn.Module, ...]] = [
-        (b.self_attn.qkv_proj, b.self_attn.o_proj, b.mlp.gate_up_proj, b.mlp.down_proj)
-        for b in layers
-    ]
+    linears = _linears(model)
     norms = [(b.input_layernorm, b.post_attention_layernorm) for b in layers]
-    eligible = all(
-        isinstance(linear, BlockLinear) and linear.block_format == "q4_1"
-        for group in linears
-        for linear in group
-    ) and all(norm.eps == model.config.rms_norm_eps for pair in norms for norm in pair)
-    if not eligible:
+    eligible = all_q4_1_blocks(model) and not model.config.qk_norm
+    if not eligible or any(n.eps != model.config.rms_norm_eps for pair in norms for n in pair):
         return None
     blocks = cast(list[tuple[BlockLinear, ...]], linears)
     records: list[list[torch.Tensor | None]] = [[g[i].records for g in blocks] for i in range(4)]
@@ -102,7 +113,7 @@ def _block(
 
     def attend(qkv: torch.Tensor) -> torch.Tensor:
         return torch.ops.astrai.decode_attention(
-            qkv,
+            attn.with_normed_qk(qkv),
             batch.positions,
             *rope,
             k_cache,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from worker.engine.inference_engine import InferenceEngine
 from worker.engine.sequence import TokenEvent
 from worker.machine.cpu_info import has_int8_dot_product
 from worker.model.loader import load_model
+from worker.model.model_dir import gguf_source
 
 pytestmark = pytest.mark.slow
 
@@ -72,10 +75,21 @@ def greedy_token_ids(
     return [tokens[i] for i in ids]
 
 
-def transformers_greedy(engine: InferenceEngine, prompt: str, max_tokens: int) -> list[int]:
+@functools.cache
+def transformers_from_gguf(source: Path) -> Any:
+    """The file itself, dequantized by transformers' own GGUF loader: an independent oracle
+    (~15 s to load on 2 cores, so once per session)."""
     from transformers import AutoModelForCausalLM
 
-    reference = AutoModelForCausalLM.from_pretrained(str(engine.model_dir), dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(
+        str(source.parent), gguf_file=source.name, dtype=torch.float32
+    )
+
+
+def transformers_greedy(engine: InferenceEngine, prompt: str, max_tokens: int) -> list[int]:
+    source = gguf_source(engine.model_dir)
+    assert source is not None
+    reference = transformers_from_gguf(source)
     prompt_ids = engine.requests.prompt_token_ids(prompt)
     with torch.inference_mode():
         out = reference.generate(

@@ -48,7 +48,7 @@ def top1_agreement(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @needs_ggml
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3"])
 def test_a_q4_k_m_file_runs_each_tensor_in_its_own_type(tmp_path, monkeypatch, arch):
     shape = {**K_SHAPES, "tie_word_embeddings": False}
     folder = gguf_folder(tmp_path, monkeypatch, arch, Q4_K_M, **shape)
@@ -62,7 +62,7 @@ def test_a_q4_k_m_file_runs_each_tensor_in_its_own_type(tmp_path, monkeypatch, a
     assert isinstance(model.layers[1].mlp.down_proj, GgmlLinear)
     assert isinstance(model.embed_tokens, GgmlEmbedding)
     assert isinstance(model._head, GgmlLinear) and model._head.type_names == ["Q6_K"]
-    assert re.search(r"Q4_K x\d+ → ggml \(", model.weight_paths)
+    assert re.search(r"Q4_K x10 → ggml (interleaved|vec_dot) \(", model.weight_paths)
     assert "Q6_K" in model.weight_paths
     ids = random_tokens(48, seed=3)
     ours, theirs = sequence_logits(model, ids), sequence_logits(reference, ids)

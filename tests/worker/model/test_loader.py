@@ -36,6 +36,9 @@ def expected_state(hf: PreTrainedModel) -> dict[str, torch.Tensor]:
         p = f"layers.{i}."
         for norm in ("input_layernorm", "post_attention_layernorm"):
             state[f"{p}{norm}.weight"] = t(f"{p}{norm}.weight")
+        for norm in ("self_attn.q_norm", "self_attn.k_norm"):  # Qwen3's per-head norms
+            if f"model.{p}{norm}.weight" in theirs:
+                state[f"{p}{norm}.weight"] = t(f"{p}{norm}.weight")
         for kind in ("weight", "bias"):
             if f"model.{p}self_attn.q_proj.{kind}" in theirs:
                 qkv = [t(f"{p}self_attn.{x}_proj.{kind}") for x in "qkv"]

@@ -32,7 +32,7 @@ def test_prefill_through_fused_blocks_equals_the_reference_layers(
 ):
     folder = save_hf(hf_model(arch), tmp_path)
     model = load_model(folder, torch.float32, torch.device("cpu"), quantization="q4_1")
-    assert model.stacked_blocks is not None  # every layer Q4_1 blocks: the fused path
+    assert model.fused_blocks  # every layer Q4_1 blocks: the fused path
     calls: list[int] = []
     fused = native_prefill.prefill_block
 
@@ -49,9 +49,9 @@ def test_prefill_through_fused_blocks_equals_the_reference_layers(
     chunks = [Chunk(0, seqs[0]), Chunk(1, seqs[1][16:], start=16)]
     fused_logits = run(model, cache, *prefill_batch(model.config, chunks))
     assert calls and all(rows == 9 + 14 for rows in calls[model.config.num_layers :])
-    stacked, model.stacked_blocks = model.stacked_blocks, None  # the reference layers
+    model.fused_blocks = False  # the reference layers
     reference_logits = run(model, reference_cache, *prefill_batch(model.config, chunks))
-    model.stacked_blocks = stacked
+    model.fused_blocks = True
     assert len(calls) == 2 * model.config.num_layers  # the reference run made none
     # 23 rows take the panel kernel, which on AMX carries each activation in two bf16 parts
     # (16 significant bits): the fused and the reference norm round their outputs apart by
