@@ -50,8 +50,10 @@ def test_a_mixed_type_file_is_served_in_its_own_codes(mixed_file):
     try:
         server.wait_ready(timeout_s=300)
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+        [model] = [m.id for m in client.models.list()]
+        assert model == "smollm2-mix"  # named after the file
         reply = client.chat.completions.create(
-            model="SmolLM2-135M-Instruct", messages=QUESTION, max_tokens=24, temperature=0
+            model=model, messages=QUESTION, max_tokens=24, temperature=0
         )
         served = reply.choices[0].message.content
         [worker] = server.stats()["workers"]

@@ -18,6 +18,7 @@ import subprocess
 import sysconfig
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -121,19 +122,29 @@ def build_library() -> Path:
     library = folder / LIBRARY_NAME
     if library.is_file():
         return library
+    return build_once(
+        library,
+        "the native CPU kernels for this machine (once, ~30 s)",
+        lambda target: _compile(compiler, sources, target),
+    )
+
+
+def build_once(library: Path, what: str, make: Callable[[Path], None]) -> Path:
+    """`library` (`<cache>/<…>/<key>/<name>`), made by `make(path)` in a private folder that
+    is then renamed into place: workers starting together never load half a file."""
+    folder = library.parent
     folder.parent.mkdir(parents=True, exist_ok=True)
-    # Build in a private folder and rename: workers starting together never load half a file.
     staging = Path(tempfile.mkdtemp(prefix=".build-", dir=folder.parent))
     try:
         start = time.monotonic()
-        log.info("compiling the native CPU kernels for this machine (once, ~30 s)")
-        _compile(compiler, sources, staging / LIBRARY_NAME)
+        log.info("compiling %s", what)
+        make(staging / library.name)
         try:
             staging.rename(folder)
         except OSError:
             if not library.is_file():
                 raise
-        log.info("native CPU kernels built in %.1f s: %s", time.monotonic() - start, library)
+        log.info("built in %.1f s: %s", time.monotonic() - start, library)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return library

@@ -20,12 +20,17 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
-from worker.kernels.build import KernelBuildError, compiler_command, compiler_flags, torch_dirs
+from worker.kernels.build import (
+    KernelBuildError,
+    build_once,
+    compiler_command,
+    compiler_flags,
+    torch_dirs,
+)
 from worker.machine.cpu_info import cpu_signature
 from worker.machine.paths import cache_root
 
@@ -178,22 +183,11 @@ def build_library() -> Path:
     if library.is_file():
         return library
     ggml = _ggml_source()
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    # Build in a private folder and rename: workers starting together never load half a file.
-    staging = Path(tempfile.mkdtemp(prefix=".build-", dir=folder.parent))
-    try:
-        start = time.monotonic()
-        log.info("compiling ggml's CPU kernels for this machine (once, ~1.5 min)")
-        _compile(compiler, ggml, staging / LIBRARY_NAME)
-        try:
-            staging.rename(folder)
-        except OSError:
-            if not library.is_file():
-                raise
-        log.info("ggml's CPU kernels built in %.1f s: %s", time.monotonic() - start, library)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return library
+    return build_once(
+        library,
+        "ggml's CPU kernels for this machine (once, ~1.5 min)",
+        lambda target: _compile(compiler, ggml, target),
+    )
 
 
 @functools.cache
