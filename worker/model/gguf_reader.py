@@ -1,4 +1,4 @@
-"""Read a GGUF file into a Hugging Face style config dict and float32 state dict."""
+"""GGUF names and metadata in Hugging Face terms; read_gguf, the gguf package's own reading."""
 
 from __future__ import annotations
 
@@ -37,7 +37,9 @@ TOP_TENSORS = {
 
 
 def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """(config dict as transformers writes config.json, state dict with HF tensor names)."""
+    """(config dict as transformers writes config.json, state dict with HF tensor names), all
+    through GGUFReader: slow on large vocabularies, so serving reads through
+    worker.model.gguf_tensors; this is the tests' independent check of that."""
     from gguf import GGUFReader
     from gguf.quants import dequantize
 

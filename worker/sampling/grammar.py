@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import llguidance
 import llguidance.hf
-import llguidance.torch
 import numpy as np
 import torch
 
@@ -116,8 +115,12 @@ class GrammarMasks:
         bitmask = torch.full((len(rows), (vocab + 31) // 32), -1, dtype=torch.int32)
         # On this thread, one row after the other: llguidance's parallel executor was slower
         # here, its threads competing with the forward's OpenMP threads still spinning.
+        # The matcher's own call that llguidance.torch.fill_next_token_bitmask makes: that
+        # module compiles a kernel with torch.compile when imported, which pulled torch's
+        # dynamo and inductor into every worker's start (2.7 s of 3.3 s of imports).
+        row_bytes = bitmask.shape[1] * bitmask.element_size()
         for k, row in enumerate(rows):
-            llguidance.torch.fill_next_token_bitmask(seqs[row].grammar, bitmask, k)
+            seqs[row].grammar.unsafe_compute_mask_ptr(bitmask.data_ptr() + k * row_bytes, row_bytes)
         # Unpacked by numpy: torch's shift-and-mask over (rows, V / 32, 32) cost 8 ms a step
         # at 32 rows on a 2-core EPYC, numpy's unpackbits and one in-place fill ~1 ms.
         words = (~bitmask).numpy().view(np.uint8)
