@@ -179,6 +179,7 @@ def dequantized_state(path: Path) -> dict[str, torch.Tensor]:
         if isinstance(value, QuantTensor):
             kind = GGMLQuantizationType(value.type)
             values = np.asarray(dequantize(value.data.numpy(), kind), dtype=np.float32)
-            value = torch.from_numpy(values.reshape(value.rows, value.cols))
-        state[name] = value.clone()  # F32 tensors view the map; the state owns its memory
+            state[name] = torch.from_numpy(values.reshape(value.rows, value.cols))
+        else:
+            state[name] = value.clone()  # F32 tensors view the map; the state owns its memory
     return state
