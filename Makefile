@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint format bench bench-types bench-engine bench-grammar bench-drafts soak serve browser clean
+.PHONY: install test test-fast lint format bench bench-types bench-engine bench-grammar bench-drafts soak serve browser agents clean
 
 install: $(STAMP)
 
@@ -74,6 +74,15 @@ browser:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			chromium chromium-driver fonts-dejavu-core >/dev/null; \
 	fi
+
+# The coding agents people point at a local server, from the npm registry (each package ships
+# its native binary), for the tests that run them against astrai serve: claude and codex under
+# $(AGENTS_DIR)/node_modules/.bin.
+AGENTS_DIR ?= $(HOME)/.cache/astrai/agents
+AGENT_PACKAGES := @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0
+agents:
+	@mkdir -p $(AGENTS_DIR)
+	npm install --prefix $(AGENTS_DIR) --no-audit --no-fund --loglevel=error $(AGENT_PACKAGES)
 
 serve: install
 	$(BIN)/astrai serve
