@@ -146,6 +146,10 @@ class SamplingParams(BaseModel):
     top_p: Annotated[float, number(0, 1, low_open=True)] = 1.0
     min_p: Annotated[float, number(0, 1)] = 0.0
     max_tokens: Annotated[int, _count(1)] | None = None
+    # A max_tokens past what the context leaves after the prompt is cut to it (the answer
+    # then ends with "length" when the context fills), as llama.cpp's server does; off, it
+    # is refused (OpenAI's routes keep that 400).
+    clamp_max_tokens: Annotated[bool, boolean()] = False
     min_tokens: Annotated[int, _count()] = 0
     presence_penalty: Annotated[float, number(-2, 2)] = 0.0
     frequency_penalty: Annotated[float, number(-2, 2)] = 0.0

@@ -8,6 +8,7 @@ from typing import Any
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
 from gateway.errors import GatewayError, anthropic_error
 from gateway.protocols.anthropic_body import MessagesBody
+from gateway.protocols.anthropic_context import applied_edits
 from gateway.protocols.base import (
     ChatRequest,
     ChatResult,
@@ -32,13 +33,16 @@ class AnthropicResponseBuilder(ResponseBuilder):
         messages = anthropic_messages(request.messages)
         if request.system is not None:
             messages.insert(0, {"role": "system", "content": request.system})
-        params: dict[str, Any] = {"max_tokens": request.max_tokens}  # the API has no n
+        # The API has no n. A max_tokens past what the context leaves is cut to it, the
+        # answer then ending with max_tokens (Claude Code always asks for 32000 or more).
+        params: dict[str, Any] = {"max_tokens": request.max_tokens, "clamp_max_tokens": True}
+        output_format = request.output_config.format if request.output_config else None
         optional = {
             "temperature": request.temperature,
             "top_p": request.top_p,
             "top_k": request.top_k,
             "stop": request.stop_sequences,
-            "structured_output": anthropic_output_format(request.output_config),
+            "structured_output": anthropic_output_format(output_format),
         }
         params.update((key, value) for key, value in optional.items() if value is not None)
         params.update(anthropic_tools(request))
@@ -46,12 +50,17 @@ class AnthropicResponseBuilder(ResponseBuilder):
         if last["role"] == "assistant" and last["content"] and not last.get("tool_calls"):
             # A final assistant turn is a prefill the answer continues, as Anthropic does.
             params["continue_final_message"] = True
+        response_fields: dict[str, Any] = {}
+        if request.context_management is not None:
+            edits = applied_edits(request.context_management, request.messages)
+            response_fields["context_management"] = {"applied_edits": edits}
         return ChatRequest(
             model=request.model,
             messages=messages,
             params=checked_params(params),
             stream=bool(request.stream),
             metadata=request.metadata or {},
+            response_fields=response_fields,
         )
 
     def format_response(self, result: ChatResult) -> dict[str, Any]:
@@ -71,6 +80,7 @@ class AnthropicResponseBuilder(ResponseBuilder):
                 "output_tokens": result.completion_tokens,
                 "cache_read_input_tokens": result.cached_tokens,
             },
+            **result.response_fields,
         }
 
     def stream_start(self, state: StreamState) -> list[str]:
@@ -138,6 +148,7 @@ class AnthropicResponseBuilder(ResponseBuilder):
                 "cache_read_input_tokens": state.cached_tokens,
                 "output_tokens": choice.completion_tokens,
             },
+            **state.request.response_fields,
         }
         return [_block_stop(state.flags.get("block", 0)), sse_event("message_delta", message_delta)]
 

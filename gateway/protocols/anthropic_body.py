@@ -20,6 +20,7 @@ from common.validation import (
     show,
     text,
 )
+from gateway.protocols.anthropic_settings import ContextManagement, OutputConfig, Thinking
 from gateway.protocols.bodies import (
     MAX_TOOLS,
     RequestBody,
@@ -32,8 +33,14 @@ from gateway.protocols.bodies import (
 Text = Annotated[str, text()]
 Bool = Annotated[bool, boolean()]
 JsonObject = Annotated[dict[str, Any], json_object()]
-# Which content blocks each role's turns may hold.
-BLOCKS = {"user": ("text", "tool_result"), "assistant": ("text", "tool_use")}
+MAX_EXAMPLES = 16  # input_examples of one tool
+# Which content blocks each role's turns may hold; a system turn inside `messages` (Claude
+# Code sends them) is text, rendered where it stands.
+BLOCKS = {
+    "user": ("text", "tool_result"),
+    "assistant": ("text", "tool_use", "thinking", "redacted_thinking"),
+    "system": ("text",),
+}
 
 
 class Block(BaseModel):
@@ -48,10 +55,19 @@ class Block(BaseModel):
     tool_use_id: Text | None = None  # tool_result
     content: TextContent | None = None  # tool_result: a string or text blocks
     is_error: Bool | None = None  # tool_result
+    thinking: Text | None = None  # thinking
+    signature: Text | None = None  # thinking: opaque, not checked here
+    data: Text | None = None  # redacted_thinking
 
     @model_validator(mode="after")
     def _fields_of_its_type(self) -> Block:
-        needed = {"text": ("text",), "tool_use": ("name",), "tool_result": ("tool_use_id",)}
+        needed = {
+            "text": ("text",),
+            "tool_use": ("name",),
+            "tool_result": ("tool_use_id",),
+            "thinking": ("thinking",),
+            "redacted_thinking": ("data",),
+        }
         for field in needed.get(self.type, ()):
             if getattr(self, field) is None:
                 raise invalid(f"is required in a {self.type} block", field)
@@ -69,7 +85,7 @@ def _blocks(value: Any) -> Any:
 
 
 class Message(BaseModel):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: Annotated[list[Block], BeforeValidator(_blocks)]
 
     @model_validator(mode="after")
@@ -82,13 +98,16 @@ class Message(BaseModel):
 
 
 class Tool(BaseModel):
-    """A client tool; server tools (`bash_…`, `web_search_…`) are refused by their type."""
+    """A client tool; server tools (`bash_…`, `web_search_…`) are refused by their type.
+    `cache_control` is ignored: prefix caching needs no marks."""
 
     type: Text | None = None
     name: Annotated[str, text(non_empty=True)]
     description: Text | None = None
     input_schema: JsonObject | None = None
     strict: Bool | None = None
+    defer_loading: Bool | None = None  # left out of what the model sees (tools.py)
+    input_examples: Annotated[list[JsonObject], Field(max_length=MAX_EXAMPLES)] | None = None
 
     @model_validator(mode="after")
     def _a_client_tool(self) -> Tool:
@@ -105,18 +124,12 @@ class ToolChoice(BaseModel):
     disable_parallel_tool_use: Bool | None = None
 
 
-def _thinking_off(value: Any) -> bool:
-    return value is None or (isinstance(value, dict) and value.get("type") == "disabled")
-
-
 class MessagesBody(RequestBody):
     """POST /v1/messages."""
 
     unsupported: ClassVar[Unsupported] = {
-        "thinking": _thinking_off,
         "container": is_null,
         "mcp_servers": lambda value: value in (None, []),
-        "context_management": is_null,
     }
 
     model: Annotated[str, text(non_empty=True), Required]
@@ -133,4 +146,14 @@ class MessagesBody(RequestBody):
     metadata: JsonObject | None = None
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: ToolChoice | None = None
-    output_config: JsonObject | None = None
+    output_config: OutputConfig | None = None
+    thinking: Thinking | None = None
+    context_management: ContextManagement | None = None
+
+    @model_validator(mode="after")
+    def _budget_below_max_tokens(self) -> MessagesBody:
+        budget = self.thinking.budget_tokens if self.thinking is not None else None
+        if budget is not None and budget >= self.max_tokens:
+            reason = f"must be less than max_tokens ({self.max_tokens}), got {budget}"
+            raise invalid(reason, "thinking.budget_tokens")
+        return self

@@ -30,6 +30,8 @@ class ChatRequest:
     metadata: dict[str, Any] = field(default_factory=dict)
     prompts: list[str | list[int]] | None = None  # raw text or token ids, no chat template
     echo: bool = False  # each choice's text starts with its prompt's text
+    # Fields the protocol's answer carries as they are (Anthropic's context_management).
+    response_fields: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -93,6 +95,7 @@ class ChatResult:
     choices: list[ChoiceResult]
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    response_fields: dict[str, Any] = field(default_factory=dict)  # the request's
 
     @property
     def completion_tokens(self) -> int:

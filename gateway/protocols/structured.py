@@ -38,24 +38,13 @@ def openai_response_format(value: Any) -> dict[str, Any] | None:
     return _checked({"type": "json_schema", "schema": schema, "strict": bool(strict)}, param)
 
 
-def anthropic_output_format(output_config: Any) -> dict[str, Any] | None:
+def anthropic_output_format(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
     """`output_config.format`: {"type": "json_schema", "schema": {...}} (what the SDK's
     `messages.parse` sends); the output always follows the schema exactly."""
-    param = "output_config"
-    if output_config is None:
-        return None
-    if not isinstance(output_config, dict):
-        message = f"{param} must be an object, got {json_type(output_config)}"
-        raise GatewayError.invalid(message, param)
-    unsupported = sorted(set(output_config) - {"format"})
-    if unsupported:
-        message = f"{param}.{unsupported[0]} is not supported by this server"
-        raise GatewayError.invalid(message, f"{param}.{unsupported[0]}")
-    fmt = output_config.get("format")
     if fmt is None:
         return None
     param = "output_config.format"
-    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+    if fmt.get("type") != "json_schema":
         raise GatewayError.invalid(f'{param} must be {{"type": "json_schema", "schema": …}}', param)
     if not isinstance(fmt.get("schema"), dict):
         raise GatewayError.invalid(f"{param}.schema must be a JSON schema object", param)

@@ -37,7 +37,12 @@ def openai_tools(body: chat_body.ChatBody) -> dict[str, Any]:
 
 
 def anthropic_tools(body: anthropic_body.MessagesBody) -> dict[str, Any]:
-    """`tools` and `tool_choice` ({type: auto|any|tool|none, name, disable_parallel_tool_use})."""
+    """`tools` and `tool_choice` ({type: auto|any|tool|none, name, disable_parallel_tool_use}).
+
+    A tool with `defer_loading` is not loaded into the model's context (Anthropic's tool
+    search loads it later): it is neither shown to the model nor callable. `input_examples`
+    are shown after the description, one JSON object a line.
+    """
     tools = [
         _tool(
             at=f"tools.{i}",
@@ -45,9 +50,10 @@ def anthropic_tools(body: anthropic_body.MessagesBody) -> dict[str, Any]:
             name=tool.name,
             schema=tool.input_schema or {},
             strict=tool.strict,
-            description=tool.description,
+            description=_with_examples(tool.description, tool.input_examples),
         )
         for i, tool in enumerate(body.tools or [])
+        if not tool.defer_loading
     ]
     value = body.tool_choice
     choice: Any = None
@@ -81,9 +87,17 @@ def openai_messages(messages: list[chat_body.Message]) -> list[dict[str, Any]]:
     return neutral
 
 
+def _with_examples(description: str | None, examples: list[dict[str, Any]] | None) -> str | None:
+    if not examples:
+        return description
+    lines = "\n".join(json.dumps(example) for example in examples)
+    return f"{description or ''}\n\nInput examples:\n{lines}".lstrip("\n")
+
+
 def anthropic_messages(messages: list[anthropic_body.Message]) -> list[dict[str, Any]]:
     """Neutral turns: tool_use blocks become an assistant turn's tool_calls, and each
-    tool_result block a `tool` turn, in order."""
+    tool_result block a `tool` turn, in order; a system turn stays where it stands.
+    Thinking blocks are left out: neutral turns carry no reasoning to render."""
     neutral: list[dict[str, Any]] = []
     for message in messages:
         texts: list[str] = []
@@ -94,6 +108,8 @@ def anthropic_messages(messages: list[anthropic_body.Message]) -> list[dict[str,
             elif block.type == "tool_use":
                 arguments = json.dumps(block.input or {})
                 calls.append({"id": block.id or "", "name": block.name, "arguments": arguments})
+            elif block.type in ("thinking", "redacted_thinking"):
+                continue
             else:  # tool_result, in a user turn
                 if texts:
                     neutral.append({"role": "user", "content": PART_SEPARATOR.join(texts)})

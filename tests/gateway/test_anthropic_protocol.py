@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILDER = AnthropicResponseBuilder()
 HELLO = [{"role": "user", "content": "hi"}]
 REQUIRED = {"model": "smol", "max_tokens": 32, "messages": HELLO}
-DEFAULT_PARAMS = {"max_tokens": 32}  # the rest are SamplingParams defaults
+DEFAULT_PARAMS = {"max_tokens": 32, "clamp_max_tokens": True}  # the rest: SamplingParams defaults
 
 
 def parse(**fields: Any) -> ChatRequest:
@@ -91,6 +91,7 @@ def test_every_parameter_lands_on_its_sampling_keyword():
             "top_p": 0.8,
             "top_k": 20,
             "max_tokens": 32,
+            "clamp_max_tokens": True,
             "stop": ["\n\nHuman:", "END"],
         },
         stream=True,
@@ -151,9 +152,9 @@ BAD_REQUESTS = [
     ({**REQUIRED, "messages": []}, "messages", "messages must not be empty"),
     ({**REQUIRED, "messages": {}}, "messages", "messages must be an array, got object"),
     (
-        {**REQUIRED, "messages": [{"role": "system", "content": "x"}]},
+        {**REQUIRED, "messages": [{"role": "tool", "content": "x"}]},
         "messages.0.role",
-        "messages.0.role must be 'user' or 'assistant', got \"system\"",
+        "messages.0.role must be 'user', 'assistant' or 'system', got \"tool\"",
     ),
     (
         {**REQUIRED, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
@@ -296,10 +297,36 @@ EDGE_BODIES: list[tuple[dict[str, Any], str]] = [
         {"tools": [tool()], "tool_choice": {"type": "auto", "disable_parallel_tool_use": "no"}},
         "tool_choice.disable_parallel_tool_use",
     ),
-    ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 1023}}, "thinking.budget_tokens"),
+    ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
+    ({"thinking": {"type": "enabled", "budget_tokens": 32}}, "thinking.budget_tokens"),
+    ({"thinking": {"type": "on"}}, "thinking.type"),
+    ({"thinking": {"type": "adaptive", "display": "full"}}, "thinking.display"),
     ({"container": "c-1"}, "container"),
     ({"mcp_servers": [{"type": "url", "url": "https://x", "name": "x"}]}, "mcp_servers"),
-    ({"context_management": {"edits": []}}, "context_management"),
+    ({"context_management": {"edits": [{"type": "compact"}]}}, "context_management.edits.0.type"),
+    (
+        {"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": 2}]}},
+        "context_management.edits.0.keep",
+    ),
+    ({"context_management": {"edits": "all"}}, "context_management.edits"),
+    ({"output_config": {"effort": "extreme"}}, "output_config.effort"),
+    ({"output_config": {"task": "x"}}, "output_config.task"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
+    (
+        {
+            "messages": [
+                {"role": "system", "content": [{"type": "tool_result", "tool_use_id": "t"}]}
+            ]
+        },
+        "messages.0.content.0.type",
+    ),
+    (
+        {"messages": [{"role": "assistant", "content": [{"type": "thinking"}]}]},
+        "messages.0.content.0.thinking",
+    ),
+    ({"tools": [tool(input_examples=[1])]}, "tools.0.input_examples.0"),
+    ({"tools": [tool(defer_loading="yes")]}, "tools.0.defer_loading"),
 ]
 
 

@@ -73,7 +73,8 @@ def test_openai_bad_response_format_is_a_400_naming_it(response_format: Any, wor
 @pytest.mark.parametrize(
     ("output_config", "param", "words"),
     [
-        ({"effort": "high"}, "output_config.effort", "not supported"),
+        ({"effort": "highest"}, "output_config.effort", "must be"),
+        ({"verbosity": "low"}, "output_config.verbosity", "not a known parameter"),
         ({"format": {"type": "json_object"}}, "output_config.format", "json_schema"),
         ({"format": {"type": "json_schema"}}, "output_config.format", "schema must be"),
         (

@@ -191,6 +191,7 @@ def test_anthropic_tools_become_the_workers_tool_definitions():
     )
     assert request.params == {
         "max_tokens": 32,
+        "clamp_max_tokens": True,
         "tools": [
             {
                 "name": "get_weather",

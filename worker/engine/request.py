@@ -120,7 +120,8 @@ class RequestFactory:
     def check_length(
         self, num_prompt_tokens: int, params: SamplingParams, prompt_param: str = "messages"
     ) -> int:
-        """The most tokens prompt + output may reach; ContextLengthExceeded if it cannot fit."""
+        """The most tokens prompt + output may reach; ContextLengthExceeded if it cannot fit
+        (unless `clamp_max_tokens` cuts max_tokens to what the context leaves)."""
         limit = self.max_model_len
         if num_prompt_tokens >= limit:
             raise ContextLengthExceeded(
@@ -130,6 +131,8 @@ class RequestFactory:
             )
         if params.max_tokens is None:
             return limit
+        if params.clamp_max_tokens:
+            return min(limit, num_prompt_tokens + params.max_tokens)
         if num_prompt_tokens + params.max_tokens > limit:
             raise ContextLengthExceeded(
                 f"max_tokens {params.max_tokens} + prompt {num_prompt_tokens} tokens "

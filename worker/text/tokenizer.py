@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from worker.errors import RequestError
+from worker.text.system_turns import has_later_system_turn, merge_system_turns
 from worker.text.tool_prompt import generic_messages, template_messages, template_tools
 
 REPLACEMENT_CHAR = "\ufffd"
@@ -68,7 +69,20 @@ class Tokenizer:
                 extra["tools"] = template_tools(tools)
         else:
             rendered = list(generic_messages(messages, tools))
-        ids = self._hf.apply_chat_template(rendered, tokenize=True, return_dict=False, **extra)
+        return self._apply_template(rendered, extra)
+
+    def _apply_template(self, messages: list[dict[str, Any]], extra: dict[str, Any]) -> list[int]:
+        """The template over `messages`; one that refuses a system turn past the first
+        (many raise "roles must alternate") gets the system turns merged into the first."""
+        from jinja2 import TemplateError
+
+        try:
+            ids = self._hf.apply_chat_template(messages, tokenize=True, return_dict=False, **extra)
+        except TemplateError:
+            if not has_later_system_turn(messages):
+                raise
+            merged = merge_system_turns(messages)
+            ids = self._hf.apply_chat_template(merged, tokenize=True, return_dict=False, **extra)
         return list(ids)
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:

@@ -76,3 +76,18 @@ def test_a_seeded_prompt_samples_alike_alone_and_in_a_batch(stack: Stack):
     stack.run()
     assert stack.collector.token_ids("batch", 1) == stack.collector.token_ids("alone")
     assert len(stack.collector.token_ids("alone")) == 6
+
+
+def test_max_tokens_past_the_context_is_refused_or_clamped(stack: Stack):
+    limit = stack.requests.max_model_len
+    prompt = 10
+    refused = SamplingParams(max_tokens=limit)
+    with pytest.raises(ContextLengthExceeded) as caught:
+        stack.requests.check_length(prompt, refused)
+    assert caught.value.param == "max_tokens"
+    clamped = SamplingParams(max_tokens=limit, clamp_max_tokens=True)
+    assert stack.requests.check_length(prompt, clamped) == limit
+    within = SamplingParams(max_tokens=5, clamp_max_tokens=True)
+    assert stack.requests.check_length(prompt, within) == prompt + 5
+    with pytest.raises(ContextLengthExceeded):  # a prompt that fills the context still is
+        stack.requests.check_length(limit, clamped)

@@ -81,3 +81,31 @@ def test_a_final_assistant_message_can_be_continued(tokenizer: Tokenizer):
 def test_continuing_needs_a_final_assistant_message(tokenizer: Tokenizer):
     with pytest.raises(RequestError, match="non-empty assistant message"):
         tokenizer.encode_chat([{"role": "user", "content": "hi"}], continue_final=True)
+
+
+SYSTEM_MID_CHAT = [
+    {"role": "system", "content": "S1"},
+    {"role": "user", "content": "Hi"},
+    {"role": "system", "content": "S2"},
+]
+
+
+def test_a_system_turn_is_rendered_where_it_stands(tokenizer: Tokenizer):
+    text = tokenizer.decode(tokenizer.encode_chat(SYSTEM_MID_CHAT), skip_special_tokens=False)
+    assert text == (
+        "<|im_start|>system\nS1<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>system\nS2<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_a_template_that_refuses_later_system_turns_gets_them_merged(
+    tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
+):
+    strict = (
+        "{% for m in messages %}{% if m.role == 'system' and not loop.first %}"
+        "{{ raise_exception('System role only first') }}{% endif %}"
+        "[{{ m.role }}]{{ m.content }}{% endfor %}"
+    )
+    monkeypatch.setattr(tokenizer.transformers_tokenizer, "chat_template", strict)
+    ids = tokenizer.encode_chat(SYSTEM_MID_CHAT)
+    assert tokenizer.decode(ids, skip_special_tokens=False) == "[system]S1\n\nS2[user]Hi"
