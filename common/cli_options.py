@@ -3,9 +3,10 @@
 A field gets a flag when its metadata comes from `option(help=...)`; everything else about
 the flag follows from the field: the name (`--max-seqs` for `max_seqs`, unless `flag=`
 says otherwise), the type (int, float, str, optional ones, `tuple[str, ...]` as a
-repeatable flag) and the default. A bool is a switch that turns the default around:
-`--compile` for a field that defaults to False, `--no-console` for one that defaults to
-True. The argparse destination is the field's name, so `build(cls, args)` needs no mapping.
+repeatable flag that takes one or more values each time) and the default. A bool is a
+switch that turns the default around: `--compile` for a field that defaults to False,
+`--no-console` for one that defaults to True. The argparse destination is the field's
+name, so `build(cls, args)` needs no mapping.
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ def add_flags(
             flag.flag,
             dest=flag.name,
             type=flag.value_type,
-            action="append" if flag.kind == "repeat" else "store",
+            action="extend" if flag.kind == "repeat" else "store",
+            nargs="+" if flag.kind == "repeat" else None,
             default=list(flag.default) if flag.kind == "repeat" else flag.default,  # type: ignore[call-overload]
             choices=spec.choices,
             metavar=spec.metavar or _default_metavar(flag),

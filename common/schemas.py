@@ -38,6 +38,7 @@ class Register(Message):
     page_size: int
     pid: int
     host: str
+    aliases: tuple[str, ...] = ()  # other names and trailing-* patterns (common/model_names)
 
 
 @dataclass(frozen=True)

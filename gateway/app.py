@@ -110,9 +110,11 @@ class Gateway:
         except GatewayError as error:
             return self.openai.error_response(error)
         created = int(self.started_at)
+        # Every name a client may send, the model's own first; `root` is the model it means.
         data = [
-            {"id": model, "object": "model", "created": created, "owned_by": "astrai"}
-            for model in self.registry.models()
+            {"id": name, "object": "model", "created": created, "owned_by": "astrai", "root": model}
+            for model, names in self.registry.served_names().items()
+            for name in names
         ]
         return JSONResponse({"object": "list", "data": data})
 

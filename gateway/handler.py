@@ -120,7 +120,9 @@ class ProtocolHandler:
         return response
 
     def resolve_model(self, requested: str | None) -> str:
-        models = self.services.registry.models()
+        """The served model a request names, by its own name, an alias or a pattern."""
+        registry = self.services.registry
+        models = registry.models()
         if not models:
             raise GatewayError(ErrorKind.UNAVAILABLE, "no worker is ready; try again shortly")
         if requested is None:
@@ -129,14 +131,16 @@ class ProtocolHandler:
             raise GatewayError.invalid(
                 f"model is required when several are served: {', '.join(models)}", "model"
             )
-        if requested not in models:
+        model = registry.resolve(requested)
+        if model is None:
+            names = [name for names in registry.served_names().values() for name in names]
             raise GatewayError(
                 ErrorKind.NOT_FOUND,
-                f"model {requested!r} is not served here; available: {', '.join(models)}",
+                f"model {requested!r} is not served here; available: {', '.join(names)}",
                 param="model",
                 code="model_not_found",
             )
-        return requested
+        return model
 
     # -- non-streamed ----------------------------------------------------------------------------
     async def respond(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from common.model_names import is_pattern, name_matches
 from common.schemas import Heartbeat, Register
 from common.worker_stats import WorkerStats
 
@@ -28,6 +29,7 @@ class WorkerState:
     stats: WorkerStats | None = None  # None until a heartbeat carries figures
     draining: bool = False
     in_flight: set[str] = field(default_factory=set)  # request ids sent and not finished
+    aliases: tuple[str, ...] = ()  # other names and trailing-* patterns clients may use
 
     @property
     def load(self) -> float:
@@ -66,6 +68,7 @@ class WorkerRegistry:
             host=msg.host,
             last_seen=now,
             kv_pages_free=msg.kv_pages,
+            aliases=msg.aliases,
         )
         return current
 
@@ -106,3 +109,24 @@ class WorkerRegistry:
 
     def models(self) -> list[str]:
         return sorted({w.model for w in self._workers.values()})
+
+    def served_names(self) -> dict[str, tuple[str, ...]]:
+        """Each model's names: its own first, then its workers' aliases."""
+        names: dict[str, dict[str, None]] = {}
+        for w in sorted(self._workers.values(), key=lambda w: w.model):
+            names.setdefault(w.model, {w.model: None}).update(dict.fromkeys(w.aliases))
+        return {model: tuple(entry) for model, entry in names.items()}
+
+    def resolve(self, requested: str) -> str | None:
+        """The model a requested name means: a model's own name, else an alias, else the
+        pattern with the longest prefix that matches (None: no model)."""
+        served = self.served_names()
+        if requested in served:
+            return requested
+        matches = [
+            (not is_pattern(alias), len(alias), model)
+            for model, names in served.items()
+            for alias in names[1:]
+            if name_matches(alias, requested)
+        ]
+        return max(matches)[2] if matches else None

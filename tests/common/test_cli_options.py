@@ -53,6 +53,11 @@ def test_flags_reach_their_fields():
     assert got == Knobs(9, 0.25, "x", "b", True, False, ("t1", "t2"), 3)
 
 
+def test_a_repeatable_flag_takes_several_values_each_time():
+    got = build(Knobs, parse(Knobs, ["--tag", "t1", "t2", "--size", "2", "--tag", "t3"]))
+    assert (got.tags, got.size) == (("t1", "t2", "t3"), 2)
+
+
 def test_choices_and_types_are_enforced_by_the_parser():
     with pytest.raises(SystemExit):
         parse(Knobs, ["--mode", "c"])

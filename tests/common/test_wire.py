@@ -33,6 +33,7 @@ HELLO = TokenLogprob(
 
 EXAMPLES = [
     Register("w0", "inc", "SmolLM2", 8192, 64, 2912, 16, 1234, "host"),
+    Register("w0", "inc", "SmolLM2", 8192, 64, 2912, 16, 1234, "host", ("claude-*", "m")),
     BEAT := Heartbeat(
         "w0",
         "inc",

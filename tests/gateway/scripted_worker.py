@@ -44,11 +44,13 @@ class ScriptedWorker:
         worker_id: str = "scripted-0",
         model: str = "scripted",
         falls_silent: bool = False,
+        aliases: tuple[str, ...] = (),
     ) -> None:
         self.gateway = gateway
         self.script = script
         self.worker_id = worker_id
         self.model = model
+        self.aliases = aliases
         self.falls_silent = falls_silent
         self.incarnation = uuid.uuid4().hex
         self.submits: list[Submit] = []
@@ -125,6 +127,7 @@ class ScriptedWorker:
             page_size=16,
             pid=os.getpid(),
             host="scripted",
+            aliases=self.aliases,
         )
 
     def _heartbeat(self) -> Heartbeat:

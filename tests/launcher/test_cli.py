@@ -121,3 +121,15 @@ def test_flags_and_defaults_kept_from_before():
     assert (parsed.num_threads, parsed.enable_prefix_caching, parsed.compile) == (3, False, True)
     keys = parser.parse_args(["keys"])
     assert (keys.out, keys.name) == ("keys", "gateway")
+
+
+def test_served_model_name_takes_several_names_and_patterns():
+    from common.cli_options import build
+    from launcher.cli import SERVE_EXCLUDES
+
+    args = build_parser().parse_args(["serve", "--served-model-name", "mine", "claude-*"])
+    engine = build(options.EngineOptions, args, SERVE_EXCLUDES[options.EngineOptions])
+    assert engine.served_model_name == ("mine", "claude-*")
+    assert options.EngineOptions(served_model_name="one").served_model_name == ("one",)
+    with pytest.raises(ValueError, match="only at its end"):
+        options.EngineOptions(served_model_name=("cl*ude",))

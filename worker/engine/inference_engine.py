@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from common.model_names import split_served_names
 from common.sampling_params import SamplingParams
 from common.worker_stats import WorkerStats
 from worker.engine.cache_factory import build_cache
@@ -40,8 +41,9 @@ class InferenceEngine(GenerationAPI):
 
     def __init__(self, model: str | Path | None = None, **options: Any) -> None:
         self.options = EngineOptions(**options)
-        self.model_name = self.options.served_model_name or (
-            Path(model).stem if model is not None else DEFAULT_MODEL_NAME
+        default_name = Path(model).stem if model is not None else DEFAULT_MODEL_NAME
+        self.model_name, self.model_aliases = split_served_names(
+            self.options.served_model_name, default_name
         )
         loaded = threading.Event()
         failures: list[BaseException] = []

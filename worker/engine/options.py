@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.cli_options import option
+from common.model_names import check_served_name
 from worker.machine.cpu_info import has_int8_dot_product
 from worker.model.quantizations import WEIGHT_FORMS
 
@@ -83,9 +84,15 @@ class EngineOptions:
     num_threads: int | None = field(
         default=None, metadata=option("torch CPU threads", flag="--threads")
     )
-    served_model_name: str | None = field(
-        default=None,
-        metadata=option("name clients use for it (default: from the model's path)"),
+    # The first plain name names the model in answers (default: from the model's path);
+    # the others, and trailing-* patterns (claude-*), are aliases (common/model_names.py).
+    served_model_name: tuple[str, ...] = field(
+        default=(),
+        metadata=option(
+            "names clients use for it, e.g. my-model 'claude-*': the first plain one names it "
+            "in answers (default: from the model's path), the rest and trailing-* patterns "
+            "are aliases"
+        ),
     )
     # "auto": a GGUF file's own codes on the CPU (gguf: each tensor in its type's kernel,
     # nothing lost, no float copy), a folder's float weights otherwise. "gguf": the same, and
@@ -122,6 +129,10 @@ class EngineOptions:
     )
 
     def __post_init__(self) -> None:
+        if isinstance(self.served_model_name, str):  # the engine API's one name
+            object.__setattr__(self, "served_model_name", (self.served_model_name,))
+        for name in self.served_model_name:
+            check_served_name(name)
         if self.kv_cache not in KV_CACHE_KINDS:
             raise ValueError(f"kv_cache must be one of {KV_CACHE_KINDS}, got {self.kv_cache!r}")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:

@@ -229,6 +229,7 @@ class WorkerServer:
             worker_id=self.config.worker_id,
             incarnation=self.incarnation,
             model=self.engine.model_name,
+            aliases=self.engine.model_aliases,
             max_context=self.engine.max_model_len,
             max_seqs=self.engine.options.max_seqs,
             kv_pages=stats.kv_pages_total,

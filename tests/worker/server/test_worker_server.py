@@ -88,7 +88,16 @@ def test_it_registers_then_beats_with_the_engines_figures():
         server, engine, gateway = w.server, w.engine, w.gateway
         register = gateway.receive()
         assert register == Register(
-            "w-test", server.incarnation, "fake", 64, 4, 100, 16, os.getpid(), socket.gethostname()
+            "w-test",
+            server.incarnation,
+            "fake",
+            64,
+            4,
+            100,
+            16,
+            os.getpid(),
+            socket.gethostname(),
+            ("fake-*",),
         )
         beat = gateway.receive()
         assert beat == Heartbeat(
