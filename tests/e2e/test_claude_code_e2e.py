@@ -1,0 +1,77 @@
+"""Claude Code against `astrai serve` (default model, 32k context by linear RoPE scaling,
+its built-in `claude-*` names mapped onto it): the real binary's one- and two-turn sessions.
+
+Every session runs in one home folder with the same default model, so their prompts share
+the ~12.6k-token prefix (system prompt, tools) and only the first is prefilled cold: on a
+busy 2-core CPU that takes minutes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.agents import require_agent, run_claude
+from tests.e2e.harness import Server
+
+pytestmark = pytest.mark.slow  # real processes (`astrai serve`, claude)
+
+MODEL = "SmolLM2-135M-Instruct"
+CONTEXT = 32768
+CLAUDE_TIMEOUT_S = 900.0  # a cold ~12.6k-token prefill on a busy 2-core CPU: minutes
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("claude-home")
+
+
+@pytest.fixture(scope="module")
+def agent_server() -> Iterator[Server]:
+    server = Server(
+        "serve",
+        "--max-model-len",
+        str(CONTEXT),
+        "--rope-scaling",
+        "linear",
+        "--served-model-name",
+        MODEL,
+        "claude-*",
+    )
+    try:
+        yield server.wait_ready()
+    finally:
+        server.stop()
+        assert not server.group_alive()
+
+
+def assert_success(result: dict[str, Any]) -> None:
+    """Claude Code's own verdict on the session: no API error, a completed turn."""
+    assert result["is_error"] is False, result
+    assert (result["subtype"], result["api_error_status"]) == ("success", None), result
+    assert result["terminal_reason"] == "completed", result
+
+
+def test_claude_one_turn_session(agent_server: Server, tmp_path: Path):
+    claude = require_agent("claude")
+    result = run_claude(claude, agent_server.url, tmp_path, "-p", "Say hello")
+    assert_success(result)
+    # Its default model is a claude-* name the server maps onto the served model.
+    assert list(result["modelUsage"]) != [] and MODEL not in result["modelUsage"]
+    usage = result["usage"]
+    assert usage["input_tokens"] + usage["cache_read_input_tokens"] > 8192  # past the trained
+
+
+def test_claude_two_turn_session(agent_server: Server, tmp_path: Path):
+    claude = require_agent("claude")
+    first = run_claude(claude, agent_server.url, tmp_path, "-p", "Say hello", "--model", MODEL)
+    assert_success(first)
+    session = first["session_id"]
+    second = run_claude(claude, agent_server.url, tmp_path, "-p", "And again", "--resume", session)
+    assert_success(second)
+    assert second["session_id"] == session
+    # The second turn's prompt starts as the first's did: its prefix came from the cache.
+    assert second["usage"]["cache_read_input_tokens"] > 8192
