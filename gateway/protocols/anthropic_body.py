@@ -149,11 +149,3 @@ class MessagesBody(RequestBody):
     output_config: OutputConfig | None = None
     thinking: Thinking | None = None
     context_management: ContextManagement | None = None
-
-    @model_validator(mode="after")
-    def _budget_below_max_tokens(self) -> MessagesBody:
-        budget = self.thinking.budget_tokens if self.thinking is not None else None
-        if budget is not None and budget >= self.max_tokens:
-            reason = f"must be less than max_tokens ({self.max_tokens}), got {budget}"
-            raise invalid(reason, "thinking.budget_tokens")
-        return self

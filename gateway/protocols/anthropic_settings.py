@@ -19,7 +19,12 @@ CLEAR_THINKING = "clear_thinking_"  # clear_thinking_20251015 and the versions a
 
 
 class Thinking(BaseModel):
-    """`{"type": "enabled", "budget_tokens": N}`, `{"type": "adaptive"}` or disabled."""
+    """`{"type": "enabled", "budget_tokens": N}`, `{"type": "adaptive"}` or disabled.
+
+    A budget at or above max_tokens is accepted (Anthropic refuses it): with no thinking
+    to fit, it means nothing here, and Claude Code sends budget 1024 beside its
+    CLAUDE_CODE_MAX_OUTPUT_TOKENS cap whatever that is.
+    """
 
     type: Literal["enabled", "adaptive", "disabled"]
     budget_tokens: Annotated[int, integer(MIN_THINKING_BUDGET, None, MAX_COUNT)] | None = None

@@ -299,7 +299,6 @@ EDGE_BODIES: list[tuple[dict[str, Any], str]] = [
     ),
     ({"thinking": {"type": "enabled", "budget_tokens": 1023}}, "thinking.budget_tokens"),
     ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 32}}, "thinking.budget_tokens"),
     ({"thinking": {"type": "on"}}, "thinking.type"),
     ({"thinking": {"type": "adaptive", "display": "full"}}, "thinking.display"),
     ({"container": "c-1"}, "container"),

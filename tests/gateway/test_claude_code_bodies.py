@@ -117,6 +117,13 @@ def test_thinking_changes_nothing_the_worker_sees(kind: str):
     assert with_thinking == BUILDER.parse(base)
 
 
+def test_a_thinking_budget_past_max_tokens_is_accepted():
+    # What Claude Code sends for claude-sonnet-4-5 with CLAUDE_CODE_MAX_OUTPUT_TOKENS=16.
+    thinking = {"budget_tokens": 1024, "type": "enabled", "display": "omitted"}
+    base = {"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": HELLO}
+    assert BUILDER.parse({**base, "thinking": thinking}) == BUILDER.parse(base)
+
+
 @pytest.mark.parametrize("effort", ["low", "medium", "high", "max"])
 def test_effort_changes_nothing_the_worker_sees(effort: str):
     base = {"model": "m", "max_tokens": 8, "messages": HELLO}
