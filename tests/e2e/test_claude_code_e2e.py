@@ -55,22 +55,26 @@ def assert_success(result: dict[str, Any]) -> None:
     assert result["terminal_reason"] == "completed", result
 
 
-def test_claude_one_turn_session(agent_server: Server, tmp_path: Path):
-    claude = require_agent("claude")
-    result = run_claude(claude, agent_server.url, tmp_path, "-p", "Say hello")
+def claude(server: Server, home: Path, *args: str) -> dict[str, Any]:
+    binary = require_agent("claude")
+    return run_claude(binary, server.url, home, *args, timeout_s=CLAUDE_TIMEOUT_S)
+
+
+def test_claude_one_turn_session(agent_server: Server, home: Path):
+    result = claude(agent_server, home, "-p", "Say hello")
     assert_success(result)
-    # Its default model is a claude-* name the server maps onto the served model.
-    assert list(result["modelUsage"]) != [] and MODEL not in result["modelUsage"]
+    # Its default model is a claude-* name, which the server maps onto the served model.
+    (model,) = result["modelUsage"]
+    assert model.startswith("claude-")
     usage = result["usage"]
     assert usage["input_tokens"] + usage["cache_read_input_tokens"] > 8192  # past the trained
 
 
-def test_claude_two_turn_session(agent_server: Server, tmp_path: Path):
-    claude = require_agent("claude")
-    first = run_claude(claude, agent_server.url, tmp_path, "-p", "Say hello", "--model", MODEL)
+def test_claude_two_turn_session(agent_server: Server, home: Path):
+    first = claude(agent_server, home, "-p", "Say hello")
     assert_success(first)
     session = first["session_id"]
-    second = run_claude(claude, agent_server.url, tmp_path, "-p", "And again", "--resume", session)
+    second = claude(agent_server, home, "-p", "And again", "--resume", session)
     assert_success(second)
     assert second["session_id"] == session
     # The second turn's prompt starts as the first's did: its prefix came from the cache.
