@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 
+from common.schemas import Accepted, Finished, Message, Submit, Tokens
 from common.token_output import FinishReason
 from gateway.errors import GatewayError
 from gateway.protocols.anthropic import AnthropicResponseBuilder
 from gateway.protocols.base import ChatRequest, ChatResult, ChoiceResult, StreamState
+from tests.gateway.in_process import in_process
 from tests.gateway.test_anthropic_protocol import events_of
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -271,3 +273,45 @@ def test_a_named_deferred_tool_cannot_be_forced():
     with pytest.raises(GatewayError) as caught:
         BUILDER.parse({**body, "tool_choice": {"type": "tool", "name": "later"}})
     assert caught.value.param == "tool_choice"
+
+
+# -- over HTTP, as Claude Code sends it ----------------------------------------------------------
+
+
+def hello(submit: Submit) -> list[Message]:
+    rid = submit.request_id
+    return [
+        Accepted(rid, prompt_tokens=12000),
+        Tokens(rid, 0, "Hello", [11]),
+        Finished(
+            rid, 0, FinishReason.LENGTH, prompt_tokens=12000, completion_tokens=1, cached_tokens=0
+        ),
+    ]
+
+
+async def test_the_captured_request_streams_over_http_with_its_headers():
+    headers = {**FIRST["headers"], "x-api-key": "x", "content-type": "application/json"}
+    headers["anthropic-beta"] += ",some-future-beta-2099-01-01"  # unknown values: ignored
+    async with in_process(hello, aliases=("claude-*",)) as run:
+        body = first_body(model="claude-opus-5-5")
+        answer = await run.client.post(FIRST["path"], json=body, headers=headers)
+        assert answer.status_code == 200
+        events = [
+            line[len("event: ") :]
+            for line in answer.text.splitlines()
+            if line.startswith("event: ")
+        ]
+        assert events == [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+        ]
+        delta = json.loads(answer.text.split("event: message_delta\ndata: ")[1].split("\n")[0])
+        assert delta["delta"]["stop_reason"] == "max_tokens"
+        assert delta["context_management"] == {"applied_edits": []}
+        (submit,) = run.worker.submits
+        expected = BUILDER.parse(body)
+        assert (submit.messages, submit.params) == (expected.messages, expected.params)
