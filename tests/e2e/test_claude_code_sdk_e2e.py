@@ -92,3 +92,33 @@ def test_the_stream_with_32000_max_tokens_ends_when_the_context_fills(long_serve
     else:
         assert final.stop_reason == "end_turn" and prompt + usage.output_tokens < CONTEXT
     assert final.context_management is not None
+
+
+def test_a_forced_call_to_one_of_its_tools_round_trips(long_server: Server):
+    """Claude Code's own tools, the model made to call Read (tool_choice), its result sent
+    back as Claude Code sends one: a tool_use block whose input fits Read's schema, then an
+    answer to the tool_result."""
+    body, betas = first_turn()
+    client = client_of(long_server)
+    greedy = {"extra_body": {"temperature": 0}}
+    forced = {"type": "tool", "name": "Read"}
+    call = client.beta.messages.create(
+        **{**body, "max_tokens": 64}, tool_choice=forced, betas=betas, **greedy
+    )
+    assert call.stop_reason in ("tool_use", "max_tokens")
+    (block,) = call.content
+    assert (block.type, block.name) == ("tool_use", "Read")
+    if call.stop_reason == "tool_use":  # complete: its input follows Read's schema
+        assert isinstance(block.input["file_path"], str)
+    result = {"type": "tool_result", "tool_use_id": block.id, "content": "1\tThe word is pumpkin."}
+    messages = [
+        *body["messages"],
+        {"role": "assistant", "content": [block.model_dump(exclude_none=True)]},
+        {"role": "user", "content": [result]},
+    ]
+    answer = client.beta.messages.create(
+        **{**body, "messages": messages, "max_tokens": 4}, betas=betas, **greedy
+    )
+    assert answer.stop_reason in ("max_tokens", "end_turn", "tool_use")
+    usage = answer.usage
+    assert usage.input_tokens + (usage.cache_read_input_tokens or 0) > call.usage.input_tokens
