@@ -67,7 +67,7 @@ def test_openai_bad_parameters_are_400_naming_the_parameter(tiny_server: Server,
 ANTHROPIC_BAD_BODIES = [
     {"model": TINY_NAME, "messages": HELLO},  # max_tokens is required
     {"model": TINY_NAME, "max_tokens": 5, "messages": []},
-    {"model": TINY_NAME, "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]},
+    {"model": TINY_NAME, "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]},
     {"model": TINY_NAME, "max_tokens": 5, "messages": HELLO, "temperature": 1.5},
     {"model": TINY_NAME, "max_tokens": 5, "messages": HELLO, "stop_sequences": "x"},
     {"max_tokens": 5, "messages": HELLO},  # model is required
