@@ -30,7 +30,12 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def agent_server() -> Iterator[Server]:
+def claude_binary() -> Path:
+    return require_agent("claude")  # before the server: a skip starts nothing
+
+
+@pytest.fixture(scope="module")
+def agent_server(claude_binary: Path) -> Iterator[Server]:
     server = Server(
         "serve",
         "--max-model-len",
