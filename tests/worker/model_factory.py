@@ -450,6 +450,8 @@ def write_gguf(model: PreTrainedModel, path: Path, types: dict[str, str] | None 
     writer.add_token_merges([])
     writer.add_bos_token_id(config.bos_token_id)
     writer.add_eos_token_id(config.eos_token_id)
+    if gemma:  # transformers reads a Gemma file's vocabulary as SentencePiece's, with <unk>
+        writer.add_unk_token_id(0)
     state = model.state_dict()
     if config.tie_word_embeddings:
         state.pop("lm_head.weight")
