@@ -26,6 +26,8 @@ def add_event(result: ChatResult, event: RequestEvent) -> None:
         choice = result.choices[event.index]
         choice.text += event.text
         choice.logprobs.extend(event.logprobs)
+        if event.prompt_logprobs is not None:
+            choice.prompt_logprobs = event.prompt_logprobs
         choice.add_tool_call_parts(event.tool_calls)
     elif isinstance(event, ChoiceEnd):
         choice = result.choices[event.index]

@@ -72,6 +72,7 @@ class ChoiceResult:
     finish_reason: FinishReason | None = None
     stop: str | int | None = None  # the stop string or stop token id that ended it
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    prompt_logprobs: list[TokenLogprob] | None = None  # each prompt token's, when asked for
     completion_tokens: int = 0
     tool_calls: list[ToolCall] = field(default_factory=list)
 

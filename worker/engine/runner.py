@@ -24,10 +24,18 @@ class Chunk:
     start: int
     token_ids: Sequence[int]
     wants_logits: bool  # the chunk ends the sequence's known tokens: sample after it
+    all_logits: bool = False  # every token's logits (a prompt's own logprobs), in order
 
     @property
     def end(self) -> int:
         return self.start + len(self.token_ids)
+
+    @property
+    def num_logit_rows(self) -> int:
+        """Rows of the forward's logits this chunk gets: every token's, its last's, or none."""
+        if self.all_logits:
+            return len(self.token_ids)
+        return int(self.wants_logits)
 
 
 class ModelRunner:
@@ -57,7 +65,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, chunks: Sequence[Chunk]) -> torch.Tensor:
-        """(S, vocab) float32 logits, one row per chunk that wants them, in chunk order."""
+        """(S, vocab) float32 logits: each chunk's `num_logit_rows` rows, in chunk order."""
         return self.forward_batch(*self.build_batch(chunks))
 
     @torch.inference_mode()
@@ -162,8 +170,14 @@ class ModelRunner:
             shared_prefixes = find_shared_prefixes(
                 read_slots, [c.start for c in chunks], mask, lengths, self.kv_group_size
             )
-        wanted = [i for i, c in enumerate(chunks) if c.wants_logits]
-        logits_index = offsets[1:][wanted] - 1
+        logits_index = torch.tensor(
+            [
+                row
+                for c, end in zip(chunks, offsets[1:].tolist(), strict=True)
+                for row in range(end - c.num_logit_rows, end)
+            ],
+            dtype=torch.int64,
+        )
         input_ids = torch.tensor([t for c in chunks for t in c.token_ids])
         device = self.device
         batch = ForwardBatch(
@@ -196,7 +210,7 @@ class ModelRunner:
         window_mask = None
         if self.layer_window is not None:
             window_mask = mask & (key_pos[None, :] > positions[:, None] - self.layer_window)
-        wanted = [i for i, c in enumerate(chunks) if c.wants_logits]
+        wanted = [i for i, c in enumerate(chunks) if c.num_logit_rows]
         device = self.device
         batch = ForwardBatch(
             positions=positions.to(device),
