@@ -173,6 +173,21 @@ def model_pair(
     return hf, load_model(folder, dtype, torch.device("cpu"))
 
 
+def transformers_generate(
+    hf: PreTrainedModel, prompt_ids: list[int], max_new_tokens: int, pad_token_id: int = 0
+) -> list[int]:
+    """The new token ids of transformers' own greedy `generate` after `prompt_ids`."""
+    with torch.inference_mode():
+        out = hf.generate(
+            torch.tensor([prompt_ids]),
+            attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=pad_token_id,
+        )
+    return list(out[0, len(prompt_ids) :].tolist())
+
+
 def random_tokens(length: int, seed: int) -> list[int]:
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(0, VOCAB, (length,), generator=gen).tolist()
@@ -182,6 +197,23 @@ def reference_logits(hf: PreTrainedModel, tokens: list[int]) -> torch.Tensor:
     """(len, vocab) float32 logits of transformers on the whole sequence."""
     with torch.inference_mode():
         return hf(torch.tensor([tokens])).logits[0].float()
+
+
+def tiny_config(**overrides: Any) -> ModelConfig:
+    """A one-layer config of the smallest shapes, for tests of the numbers it derives."""
+    fields: dict[str, Any] = {
+        "model_type": "llama",
+        "vocab_size": 8,
+        "hidden_size": 8,
+        "intermediate_size": 8,
+        "num_layers": 1,
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "head_dim": 4,
+        "max_position_embeddings": 8,
+        "rope_theta": 10000.0,
+    }
+    return ModelConfig(**{**fields, **overrides})
 
 
 # --- cache and batches ----------------------------------------------------------------------

@@ -8,11 +8,16 @@ import threading
 from pathlib import Path
 
 import pytest
-import torch
 from transformers import PreTrainedModel
 
 from common.sampling_params import SamplingParams
-from tests.worker.model_factory import hf_model, random_tokens, save_hf, write_gguf
+from tests.worker.model_factory import (
+    hf_model,
+    random_tokens,
+    save_hf,
+    transformers_generate,
+    write_gguf,
+)
 from worker.engine.inference_engine import InferenceEngine
 from worker.engine.sequence import TokenEvent
 from worker.kernels.build import native_kernels_available
@@ -35,15 +40,7 @@ def model(arch: str) -> PreTrainedModel:
 
 def transformers_greedy(hf: PreTrainedModel, prompt: list[int]) -> list[int]:
     hf.generation_config.eos_token_id = None  # as ignore_eos: every run is NEW_TOKENS long
-    with torch.inference_mode():
-        out = hf.generate(
-            torch.tensor([prompt]),
-            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-            max_new_tokens=NEW_TOKENS,
-            do_sample=False,
-            pad_token_id=0,
-        )
-    return list(out[0, len(prompt) :].tolist())
+    return transformers_generate(hf, prompt, NEW_TOKENS)
 
 
 def served_greedy(model_path: Path) -> list[list[int]]:

@@ -50,13 +50,7 @@ def test_read_gguf_round_trips_a_llama_cpp_style_file(arch, overrides, tmp_path)
 
     config, state = read_gguf(path)
 
-    expected = hf.state_dict()
-    if hf.config.tie_word_embeddings:
-        del expected["lm_head.weight"]
-    assert sorted(state) == sorted(expected)
-    for name, tensor in expected.items():
-        assert state[name].dtype == torch.float32
-        assert torch.equal(state[name], tensor), name
+    assert_state_read_back(state, hf, atol=0.0)
     hf_config = hf.config
     assert config["model_type"] == hf_config.model_type
     for key in (
@@ -80,6 +74,17 @@ def test_read_gguf_round_trips_a_llama_cpp_style_file(arch, overrides, tmp_path)
         assert config["rope_scaling"] == {"rope_type": "linear", "factor": 4.0}
     else:
         assert "rope_scaling" not in config
+
+
+def assert_state_read_back(state: dict[str, torch.Tensor], hf, atol: float) -> None:
+    """The GGUF's tensors under Hugging Face names hold the model's float32 values."""
+    expected = hf.state_dict()
+    if hf.config.tie_word_embeddings:
+        del expected["lm_head.weight"]
+    assert sorted(state) == sorted(expected)
+    for name, tensor in expected.items():
+        assert state[name].dtype == torch.float32
+        torch.testing.assert_close(state[name], tensor, rtol=0, atol=atol, msg=name)
 
 
 def test_read_gguf_rejects_an_unsupported_architecture(tmp_path):
@@ -191,12 +196,7 @@ def test_gemma_and_phi3_files_read_back_as_their_folders(arch, tmp_path):
 
     config, state = read_gguf(path)
 
-    expected = hf.state_dict()
-    if hf.config.tie_word_embeddings:
-        del expected["lm_head.weight"]
-    assert sorted(state) == sorted(expected)
-    for name, tensor in expected.items():
-        # Gemma's norms cross the file as 1 + w: float32 rounding of the round trip only.
-        torch.testing.assert_close(state[name], tensor, rtol=0, atol=2.5e-7)
+    # Gemma's norms cross the file as 1 + w: float32 rounding of the round trip only.
+    assert_state_read_back(state, hf, atol=2.5e-7)
     ours = ModelConfig.from_hf({**config, "rms_norm_eps": hf.config.rms_norm_eps})
     assert ours == ModelConfig.from_hf(hf.config.to_dict())

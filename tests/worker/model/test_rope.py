@@ -10,6 +10,7 @@ from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from tests.worker.model_factory import tiny_config
 from worker.model.config import ModelConfig, RopeScaling, with_context
 from worker.model.rope import apply_rope, attention_factor, inverse_frequencies, rope_tables
 
@@ -85,22 +86,6 @@ def test_linear_frequencies_are_default_divided_by_factor():
     linear = inverse_frequencies(16, 10000.0, RopeScaling(rope_type="linear", factor=4.0))
 
     assert torch.equal(linear, base / 4.0)
-
-
-def tiny_config(**overrides) -> ModelConfig:
-    fields = {
-        "model_type": "llama",
-        "vocab_size": 8,
-        "hidden_size": 8,
-        "intermediate_size": 8,
-        "num_layers": 1,
-        "num_heads": 2,
-        "num_kv_heads": 1,
-        "head_dim": 4,
-        "max_position_embeddings": 8,
-        "rope_theta": 10000.0,
-    }
-    return ModelConfig(**{**fields, **overrides})
 
 
 def test_rope_tables_duplicate_halves_and_start_at_identity():
