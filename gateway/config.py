@@ -98,6 +98,19 @@ class GatewayConfig:
         ),
     )
 
+    responses_store_entries: int = field(
+        default=1024,
+        metadata=option(
+            "stored /v1/responses responses kept in memory (store: true, the API's default); "
+            "the least recently used go first; 0 stores none",
+            metavar="N",
+        ),
+    )
+    responses_store_mb: int = field(
+        default=256,
+        metadata=option("memory for stored responses, at most", metavar="MB"),
+    )
+
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port}")
@@ -109,8 +122,9 @@ class GatewayConfig:
         for name in ("max_body_bytes", "max_frame_bytes", "submit_attempts", "max_in_flight"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_queued < 0:
-            raise ValueError(f"max_queued must be >= 0, got {self.max_queued}")
+        for name in ("max_queued", "responses_store_entries", "responses_store_mb"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in (
             "heartbeat_timeout_s",
             "accept_timeout_s",

@@ -157,4 +157,5 @@ class ProtocolHandler:
         finally:
             disconnect.cancel()
         lifecycle.release(200, result.completion_tokens)
-        return JSONResponse(self.builder.format_response(result))
+        headers = self.builder.response_headers(state.request)
+        return JSONResponse(self.builder.format_response(result), headers=headers)
