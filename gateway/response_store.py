@@ -42,6 +42,10 @@ class ResponseStore:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def ids(self) -> list[str]:
+        """The stored ids, least recently used first (the next to be evicted)."""
+        return list(self._entries)
+
     def put(self, response: dict[str, Any], conversation: list[dict[str, Any]]) -> None:
         num_bytes = len(json.dumps(response)) + len(json.dumps(conversation))
         if num_bytes > self.max_bytes or self.max_entries == 0:
