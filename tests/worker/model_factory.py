@@ -56,6 +56,17 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
             "original_max_position_embeddings": 16,
         },
     },
+    # YaRN (what --rope-scaling yarn sets): the ramp and the attention factor of cos and sin.
+    "yarn_rope": {
+        **_SMALL,
+        "model_type": "llama",
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 16,
+        },
+    },
     # Linear rope via the v4 `rope_scaling` key; also every optional Llama bias.
     "linear_rope": {
         **_SMALL,

@@ -21,6 +21,10 @@ def build_cache(
     """`options.kv_cache_mb` of k/v storage, paged (default) or one slot per sequence."""
     bytes_per_token = 2 * config.num_layers * config.num_kv_heads * config.head_dim * dtype.itemsize
     budget_tokens = options.kv_cache_mb * (1 << 20) // bytes_per_token
+    if options.max_model_len is not None:
+        # A context asked for by name is a promise: the cache holds one sequence that long,
+        # whatever kv_cache_mb says (the startup line reports the size taken).
+        budget_tokens = max(budget_tokens, -(-context // options.page_size) * options.page_size)
     shape = (config.num_layers, config.num_kv_heads, config.head_dim)
     if options.kv_cache == "contiguous":
         num_slots = min(options.max_seqs, budget_tokens // context)

@@ -23,6 +23,7 @@ from worker.engine.scheduler import InferenceScheduler
 from worker.engine.scheduler_config import SchedulerConfig
 from worker.engine.sequence import EventSink
 from worker.engine.speculation import DecodeCost, ServedDecodeCost, measure_decode_cost
+from worker.model.config import with_context
 from worker.model.loader import load_config, load_model
 from worker.model.model_dir import resolve_model_dir
 from worker.model.precision import DTYPES
@@ -81,7 +82,7 @@ class InferenceEngine(GenerationAPI):
             torch.set_num_threads(opts.num_threads)
         device = torch.device(opts.device)
         self.model_dir = resolve_model_dir(model)
-        config = load_config(self.model_dir)
+        config = with_context(load_config(self.model_dir), opts.max_model_len, opts.rope_scaling)
         self.config = config
         choices = MachineChoices.resolve(opts, self.model_dir)
         self.quantization, self.dtype = choices.quantization, choices.dtype
@@ -92,6 +93,7 @@ class InferenceEngine(GenerationAPI):
             quantization=choices.quantization,
             exact_only=choices.exact_only,
             plan=choices.plan,
+            config=config,
         )
         log.info("%s", choices.describe())
         if self.model.weight_paths:

@@ -13,6 +13,7 @@ KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
 QUANTIZATION_CHOICES = ("auto", "none", *WEIGHT_FORMS)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_CHOICES = ("auto", "flex", "gather")
+ROPE_SCALING_CHOICES = ("linear", "yarn")
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,20 @@ class EngineOptions:
     )
     max_seqs: int = field(default=64, metadata=option("sequences decoded together at most"))
     max_model_len: int | None = field(
-        default=None, metadata=option("context length in tokens (default: the model's)")
+        default=None,
+        metadata=option(
+            "context length in tokens (default: the model's trained one; beyond it only "
+            "with --rope-scaling)"
+        ),
+    )
+    # Positions beyond the trained context: RoPE stretched by max_model_len / trained.
+    rope_scaling: str | None = field(
+        default=None,
+        metadata=option(
+            "stretch RoPE to a --max-model-len beyond the trained context: linear "
+            "(positions interpolated) or yarn (low frequencies interpolated, high ones kept)",
+            choices=ROPE_SCALING_CHOICES,
+        ),
     )
     prefill_token_budget: int = field(
         default=256, metadata=option("prompt tokens prefilled per scheduler step at most")
@@ -129,6 +143,11 @@ class EngineOptions:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.rope_scaling not in (None, *ROPE_SCALING_CHOICES):
+            raise ValueError(
+                f"rope_scaling must be None or one of {ROPE_SCALING_CHOICES}, "
+                f"got {self.rope_scaling!r}"
+            )
         if self.quantization not in (None, *QUANTIZATION_CHOICES):
             raise ValueError(
                 f"quantization must be None or one of {QUANTIZATION_CHOICES}, "

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,11 @@ class RopeScaling:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+    # YaRN: the ramp between extrapolated and interpolated frequencies, and the factor cos and
+    # sin are scaled by (None: 0.1 ln(factor) + 1, as transformers and llama.cpp default).
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None
 
     def __post_init__(self) -> None:
         if self.rope_type not in SUPPORTED_ROPE_TYPES:
@@ -139,7 +144,48 @@ def _rope_fields(hf: dict[str, Any]) -> dict[str, Any]:
         "low_freq_factor",
         "high_freq_factor",
         "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "attention_factor",
     ):
         if merged.get(name) is not None:
             fields[name] = merged[name]
+    if rope_type == "yarn" and "original_max_position_embeddings" not in fields:
+        fields["original_max_position_embeddings"] = hf.get("max_position_embeddings", 2048)
     return fields
+
+
+def with_context(
+    config: ModelConfig, max_model_len: int | None, rope_scaling: str | None
+) -> ModelConfig:
+    """The config serving `max_model_len` tokens: RoPE stretched by `rope_scaling` (linear or
+    yarn) when that is beyond the trained context, refused beyond it without.
+
+    Why refuse: positions past the trained context rotate by angles the model never saw, and
+    its output degrades without warning; a stretched RoPE is a choice the user makes knowingly.
+    """
+    trained = config.max_position_embeddings
+    if max_model_len is None or max_model_len <= trained:
+        if rope_scaling is not None and max_model_len is None:
+            raise ValueError(
+                f"--rope-scaling {rope_scaling} needs --max-model-len above the model's "
+                f"trained context ({trained} tokens) to know how far to stretch"
+            )
+        return config
+    if rope_scaling is None:
+        raise ValueError(
+            f"--max-model-len {max_model_len} is beyond the model's trained context of "
+            f"{trained} tokens; add --rope-scaling linear or yarn to stretch RoPE that far, "
+            f"or ask for at most {trained}"
+        )
+    if config.rope_scaling.rope_type != "default":
+        raise ValueError(
+            f"the model already scales RoPE ({config.rope_scaling.rope_type}, trained "
+            f"context {trained}); --rope-scaling applies to models without scaling"
+        )
+    scaling = RopeScaling(
+        rope_type=rope_scaling,
+        factor=max_model_len / trained,
+        original_max_position_embeddings=trained,
+    )
+    return replace(config, rope_scaling=scaling, max_position_embeddings=max_model_len)

@@ -97,8 +97,17 @@ def _config_from_metadata(meta: dict[str, Any], arch: str) -> dict[str, Any]:
         "eos_token_id": meta.get("tokenizer.ggml.eos_token_id"),
         "pad_token_id": meta.get("tokenizer.ggml.padding_token_id"),
     }
-    if key("rope.scaling.type") == "linear":
+    scaling = key("rope.scaling.type")
+    if scaling == "linear":
         config["rope_scaling"] = {"rope_type": "linear", "factor": key("rope.scaling.factor")}
+    elif scaling == "yarn":
+        config["rope_scaling"] = {
+            "rope_type": "yarn",
+            "factor": key("rope.scaling.factor"),
+            "original_max_position_embeddings": key(
+                "rope.scaling.original_context_length", config["max_position_embeddings"]
+            ),
+        }
     return config
 
 

@@ -39,6 +39,7 @@ def load_model(
     float32_copy: bool | None = None,
     exact_only: bool = False,
     plan: KernelPlan | None = None,
+    config: ModelConfig | None = None,
 ) -> LlamaModel:
     """Build the decoder and fill it from the folder's *.safetensors files (or its GGUF).
 
@@ -48,9 +49,10 @@ def load_model(
     the CPU whose float32 copy stays under FLOAT32_COPY_MAX_BYTES) keeps float32 weights too,
     for batched matmuls. `quantization="gguf"` computes in a GGUF folder's own codes
     (worker.model.gguf_model); any other form of a GGUF folder starts from its weights
-    dequantized in memory, the reference path.
+    dequantized in memory, the reference path. `config` replaces the folder's own (a context
+    stretched by worker.model.config.with_context).
     """
-    config = load_config(model_dir)
+    config = config or load_config(model_dir)
     if quantization == "gguf":
         source = gguf_source(model_dir)
         if source is None:

@@ -17,7 +17,37 @@ def inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling) -> to
         return inv_freq / scaling.factor
     if scaling.rope_type == "llama3":
         return _llama3_frequencies(inv_freq, scaling)
+    if scaling.rope_type == "yarn":
+        return _yarn_frequencies(inv_freq, head_dim, theta, scaling)
     return inv_freq
+
+
+def _yarn_frequencies(
+    inv_freq: torch.Tensor, head_dim: int, theta: float, s: RopeScaling
+) -> torch.Tensor:
+    """YaRN: frequencies that turn fewer than `beta_slow` times over the trained context are
+    interpolated (divided by `factor`), those that turn more than `beta_fast` times kept, a
+    linear ramp between."""
+
+    def dimension(rotations: float) -> float:
+        ratio = s.original_max_position_embeddings / (rotations * 2 * math.pi)
+        return head_dim * math.log(ratio) / (2 * math.log(theta))
+
+    low = max(math.floor(dimension(s.beta_fast)), 0)
+    high = min(math.ceil(dimension(s.beta_slow)), head_dim - 1)
+    span = high - low if high != low else 0.001
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / span).clamp(0, 1)
+    kept = 1 - ramp  # 1: extrapolated (the trained frequency), 0: interpolated
+    return inv_freq / s.factor * (1 - kept) + inv_freq * kept
+
+
+def attention_factor(scaling: RopeScaling) -> float:
+    """What cos and sin are multiplied by: YaRN's softmax temperature fix, 1 otherwise."""
+    if scaling.rope_type != "yarn":
+        return 1.0
+    if scaling.attention_factor is not None:
+        return scaling.attention_factor
+    return 0.1 * math.log(scaling.factor) + 1.0 if scaling.factor > 1 else 1.0
 
 
 def _llama3_frequencies(inv_freq: torch.Tensor, s: RopeScaling) -> torch.Tensor:
@@ -39,7 +69,8 @@ def rope_tables(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
     positions = torch.arange(config.max_position_embeddings, dtype=torch.float32)
     angles = torch.outer(positions, inv_freq)  # (P, D/2)
     angles = torch.cat((angles, angles), dim=-1)  # (P, D)
-    return angles.cos(), angles.sin()
+    scale = attention_factor(config.rope_scaling)
+    return angles.cos() * scale, angles.sin() * scale
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

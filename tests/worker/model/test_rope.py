@@ -11,7 +11,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from worker.model.config import ModelConfig, RopeScaling
-from worker.model.rope import apply_rope, inverse_frequencies, rope_tables
+from worker.model.rope import apply_rope, attention_factor, inverse_frequencies, rope_tables
 
 ROPE_PARAMETERS = {
     "default": {"rope_type": "default", "rope_theta": 10000.0},
@@ -161,3 +161,34 @@ def test_apply_rope_matches_transformers_on_packed_tokens():
 
     torch.testing.assert_close(ours_q, ref_q[0].transpose(0, 1), rtol=0, atol=1e-6)
     torch.testing.assert_close(ours_k, ref_k[0].transpose(0, 1), rtol=0, atol=1e-6)
+
+
+def test_yarn_frequencies_and_attention_factor_match_transformers():
+    parameters = {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
+    hf = llama_config(parameters)
+    ours = ModelConfig.from_hf(hf.to_dict())
+    expected, factor = ROPE_INIT_FUNCTIONS["yarn"](hf)
+
+    inv_freq = inverse_frequencies(ours.head_dim, ours.rope_theta, ours.rope_scaling)
+
+    torch.testing.assert_close(inv_freq, expected, rtol=1e-6, atol=0)
+    # Both ends of the ramp are populated: kept high frequencies and interpolated low ones.
+    base = inverse_frequencies(128, 10000.0, RopeScaling())
+    assert torch.equal(inv_freq[:8], base[:8])
+    torch.testing.assert_close(inv_freq[-8:], base[-8:] / 4.0, rtol=1e-6, atol=0)
+    assert attention_factor(ours.rope_scaling) == pytest.approx(factor)
+    assert factor == pytest.approx(0.1 * math.log(4.0) + 1.0)
+
+
+def test_yarn_tables_carry_the_attention_factor():
+    scaling = RopeScaling(rope_type="yarn", factor=2.0, original_max_position_embeddings=8)
+    cos, sin = rope_tables(tiny_config(rope_scaling=scaling, max_position_embeddings=16))
+
+    scale = 0.1 * math.log(2.0) + 1.0
+    torch.testing.assert_close(cos[0], torch.full((4,), scale), rtol=1e-6, atol=0)
+    torch.testing.assert_close(cos.square() + sin.square(), torch.full((16, 4), scale**2))

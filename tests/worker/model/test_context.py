@@ -1,0 +1,62 @@
+"""A context beyond the trained one: stretched RoPE when asked for, refused when not."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.model.config import ModelConfig, RopeScaling, with_context
+
+
+def config(**overrides: object) -> ModelConfig:
+    fields: dict[str, object] = {
+        "model_type": "llama",
+        "vocab_size": 8,
+        "hidden_size": 8,
+        "intermediate_size": 8,
+        "num_layers": 1,
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "head_dim": 4,
+        "max_position_embeddings": 8192,
+    }
+    return ModelConfig(**{**fields, **overrides})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("rope_type", ["linear", "yarn"])
+def test_a_longer_context_stretches_rope_by_the_ratio(rope_type):
+    stretched = with_context(config(), 32768, rope_type)
+
+    assert stretched.max_position_embeddings == 32768
+    assert stretched.rope_scaling == RopeScaling(
+        rope_type=rope_type, factor=4.0, original_max_position_embeddings=8192
+    )
+
+
+@pytest.mark.parametrize("length", [None, 100, 8192])
+def test_a_context_within_the_trained_one_keeps_the_config(length):
+    original = config()
+
+    assert with_context(original, length, None) is original
+    if length is not None:
+        assert with_context(original, length, "yarn") is original
+
+
+def test_beyond_the_trained_context_without_scaling_is_refused_naming_both_lengths():
+    with pytest.raises(
+        ValueError,
+        match=r"--max-model-len 32768 .* trained context of 8192 .*"
+        r"--rope-scaling",
+    ):
+        with_context(config(), 32768, None)
+
+
+def test_scaling_without_a_length_is_refused():
+    with pytest.raises(ValueError, match="needs --max-model-len"):
+        with_context(config(), None, "linear")
+
+
+def test_a_model_that_already_scales_rope_is_not_stretched_again():
+    llama3 = config(rope_scaling=RopeScaling(rope_type="llama3", factor=8.0))
+
+    with pytest.raises(ValueError, match="already scales RoPE \\(llama3"):
+        with_context(llama3, 200000, "linear")
