@@ -98,6 +98,15 @@ class GatewayConfig:
         ),
     )
 
+    default_max_tokens: int | None = field(
+        default=None,
+        metadata=option(
+            "a request that sets no token budget (Chat Completions without max_tokens, the "
+            "Responses API without max_output_tokens) gets this one, as llama.cpp's "
+            "--n-predict; default: until the context ends",
+            metavar="N",
+        ),
+    )
     responses_store_entries: int = field(
         default=1024,
         metadata=option(
@@ -122,6 +131,8 @@ class GatewayConfig:
         for name in ("max_body_bytes", "max_frame_bytes", "submit_attempts", "max_in_flight"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.default_max_tokens is not None and self.default_max_tokens < 1:
+            raise ValueError(f"default_max_tokens must be >= 1, got {self.default_max_tokens}")
         for name in ("max_queued", "responses_store_entries", "responses_store_mb"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -123,3 +123,26 @@ async def test_a_bad_body_is_a_400_in_openais_shape():
             }
         }
         assert run.worker.submits == []
+
+
+async def test_default_max_tokens_is_the_budget_of_requests_without_one():
+    async with in_process(calls_a_tool, default_max_tokens=32) as run:
+        bodies = [
+            ("/v1/responses", {"input": "hi"}),
+            ("/v1/responses", {"input": "hi", "max_output_tokens": 5}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+            (
+                "/v1/chat/completions",
+                {"messages": [{"role": "user", "content": "hi"}], "min_tokens": 40},
+            ),
+        ]
+        for path, body in bodies:
+            assert (await run.client.post(path, json=body)).status_code == 200
+        budgets = [submit.params.get("max_tokens") for submit in run.worker.submits]
+        assert budgets == [32, 5, 32, 40]
+
+
+async def test_without_default_max_tokens_no_budget_is_sent():
+    async with in_process(calls_a_tool) as run:
+        assert (await run.client.post("/v1/responses", json={"input": "hi"})).status_code == 200
+        assert "max_tokens" not in run.worker.submits[0].params
