@@ -109,10 +109,14 @@ def _item(value: Any, i: int) -> InputItem:
     kind = value.get("type", "message")
     if kind not in ("message", "function_call", "function_call_output", "reasoning"):
         raise invalid(f"{show(kind)} is not supported by this server", f"{i}.type")
+    if kind == "reasoning":  # dropped unread (its summary_text / reasoning_text parts too)
+        return InputItem(type="reasoning")
     try:
         return InputItem.model_validate(value)
     except ValidationError as exc:
         param, message = describe(exc)
+        if param is None:
+            raise invalid(message, str(i)) from None
         raise invalid(message.removeprefix(f"{param} "), f"{i}.{param}") from None
 
 

@@ -66,7 +66,13 @@ def test_items_become_turns_in_order():
     items = [
         {"role": "developer", "content": "Be brief."},
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"}]},
-        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "xyz"},
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "Thinking."}],
+            "content": [{"type": "reasoning_text", "text": "Hmm."}],
+            "encrypted_content": "xyz",
+        },
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "b"}]},
         {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
         {"type": "function_call", "call_id": "c2", "name": "g", "arguments": '{"x":1}'},
