@@ -146,7 +146,7 @@ def _tool_choice(value: Any) -> str | dict[str, str] | None:
     if isinstance(value, Mapping) and value.get("type") == "function":
         return {"name": check_text(value.get("name"), non_empty=True, at="name")}
     if isinstance(value, Mapping) and isinstance(value.get("type"), str):
-        raise invalid(f"{show(value['type'])} tools are not supported by this server", "type")
+        raise invalid(f"{show(value['type'])} is not supported by this server", "type")
     raise invalid(
         'must be "none", "auto", "required" or {"type": "function", "name": …}, '
         f"got {show(value)}"

@@ -260,7 +260,7 @@ def test_what_codex_sends_is_accepted(name: str):
         (
             {"input": "hi", "tool_choice": {"type": "web_search"}},
             "tool_choice.type",
-            'tool_choice.type "web_search" tools are not supported by this server',
+            'tool_choice.type "web_search" is not supported by this server',
         ),
         (
             {"input": "hi", "tool_choice": "required"},
