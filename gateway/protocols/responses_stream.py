@@ -113,11 +113,17 @@ class ResponseStream:
         return events
 
     def end_output(self, reason: FinishReason | None) -> list[Event]:
-        """The answer's end: its open item done (incomplete if the budget ran out), and an
-        empty message if it said nothing at all."""
+        """The answer's end: its open item done (incomplete if a budget ran out), and an
+        empty message if it said nothing at all.
+
+        Only the client's own `max_output_tokens` makes the response `incomplete`. A request
+        without one was cut by the server (`--default-max-tokens`, or the context's end):
+        its response is `completed`, the cut item `incomplete`. Agents that never set a
+        budget (Codex) fail a whole turn on `response.incomplete`."""
         if reason == FinishReason.LENGTH:
             self._item_status = "incomplete"
-            self.incomplete_details = {"reason": "max_output_tokens"}
+            if self.request.settings.get("max_output_tokens") is not None:
+                self.incomplete_details = {"reason": "max_output_tokens"}
         events = [] if self.output else self._open_message()
         return events + self._close()
 

@@ -17,14 +17,15 @@ from tests.e2e.sdk import MODEL
 pytestmark = pytest.mark.slow  # real processes, the real model, a ~6,400-token prompt
 
 # Codex never sends max_output_tokens: --default-max-tokens keeps each answer (and so the
-# test) short on a CPU. Its first request is ~6,400 tokens with the instructions it sends.
+# test) short on a CPU; an answer it cuts still completes (Codex fails a turn on
+# response.incomplete). Its first request is ~6,400 tokens with the instructions it sends.
 SERVE_ARGS = (
     "--max-model-len",
     "32768",
     "--rope-scaling",
     "linear",
     "--default-max-tokens",
-    "24",
+    "32",
     "--kv-cache-mb",
     "1024",
 )

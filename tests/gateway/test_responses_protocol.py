@@ -521,6 +521,15 @@ def test_the_budget_running_out_is_an_incomplete_response():
     )
 
 
+def test_the_servers_own_budget_running_out_completes_with_the_item_incomplete():
+    payloads = run(make_state(), ["abc"], FinishReason.LENGTH)  # no max_output_tokens
+    assert kinds(payloads)[-2:] == ["output_item.done", "completed"]
+    assert payloads[-2]["item"]["status"] == "incomplete"
+    final = payloads[-1]["response"]
+    assert (final["status"], final["incomplete_details"]) == ("completed", None)
+    assert final["output"][0]["status"] == "incomplete"
+
+
 def test_saying_nothing_is_one_empty_message():
     payloads = run(make_state(), [])
     assert kinds(payloads) == [
