@@ -23,6 +23,7 @@ from gateway.protocols.tools import responses_tools
 from gateway.response_store import ResponseStore
 
 IGNORED_TOOLS_HEADER = "X-AstrAI-Ignored-Tools"
+LOGPROBS = "message.output_text.logprobs"  # the `include` value that returns them
 
 
 class ResponsesResponseBuilder(ResponseBuilder):
@@ -56,7 +57,7 @@ class ResponsesResponseBuilder(ResponseBuilder):
             settings=_settings(request, tools),
             history=history,
             store=request.store is not False,
-            logprobs="message.output_text.logprobs" in (request.include or []),
+            logprobs=LOGPROBS in (request.include or []),
             ignored_tools=tuple(ignored),
         )
 
@@ -134,12 +135,14 @@ def _params(body: ResponsesBody, tools: dict[str, Any]) -> dict[str, Any]:
     structured = None
     if text_format is not None:
         structured = openai_response_format(text_format.response_format(), "text.format")
+    # Logprobs come back only when `include` asks for them; top_logprobs says how many more.
+    logprobs = LOGPROBS in (body.include or [])
     optional = {
         "max_tokens": body.max_output_tokens,
         "temperature": body.temperature,
         "top_p": body.top_p,
-        "logprobs": True if body.top_logprobs is not None else None,
-        "top_logprobs": body.top_logprobs,
+        "logprobs": True if logprobs else None,
+        "top_logprobs": body.top_logprobs if logprobs else None,
         "structured_output": structured,
     }
     params: dict[str, Any] = {"n": 1}

@@ -150,6 +150,11 @@ def test_settings_land_on_the_workers_keywords():
     assert (settings["max_output_tokens"], settings["top_logprobs"]) == (64, 3)
 
 
+def test_top_logprobs_without_include_computes_none():
+    assert parse(top_logprobs=3).params == {"n": 1}
+    assert parse(include=["message.output_text.logprobs"]).params == {"n": 1, "logprobs": True}
+
+
 def test_json_object_format_is_chats_json_object():
     request = parse(text={"format": {"type": "json_object"}})
     assert request.params["structured_output"] == {"type": "json_object"}
