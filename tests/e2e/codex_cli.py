@@ -9,8 +9,10 @@ reaches the network.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,14 +101,23 @@ class Codex:
             "NO_PROXY": "127.0.0.1,localhost",
         }
         argv = [str(self.binary), "exec", "--json", "--skip-git-repo-check", *args]
-        done = subprocess.run(
+        # Its own process group: the npm launcher, the native binary and any command it
+        # runs all go when the session ends or runs out of time.
+        process = subprocess.Popen(
             argv,
             cwd=self.workdir,
             env=env,
             stdin=subprocess.DEVNULL,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout_s,
+            start_new_session=True,
         )
-        events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-        return CodexRun(done.returncode, events, done.stderr)
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+        return CodexRun(process.returncode, events, stderr)
