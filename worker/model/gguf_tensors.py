@@ -15,7 +15,13 @@ import torch
 
 from worker.model.ggml_linear import QuantTensor
 from worker.model.gguf_header import GgufFormatError, GgufHeader, TensorInfo, read_header
-from worker.model.gguf_reader import config_from_metadata, hf_name, qk_heads, unpermute_rows
+from worker.model.gguf_reader import (
+    config_from_metadata,
+    gemma_norm_shift,
+    hf_name,
+    qk_heads,
+    unpermute_rows,
+)
 
 
 class GgufFileError(ValueError):
@@ -38,7 +44,8 @@ def read_gguf_config(path: Path) -> dict[str, Any]:
     embed = names.get("token_embd.weight")
     if embed is None or len(embed.dims) != 2:
         raise GgufFileError(f"{path}: no 2-D token_embd.weight tensor")
-    unknown = [t.name for t in header.tensors if _unknown_name(t.name)]
+    arch = str(header.metadata["general.architecture"])
+    unknown = [t.name for t in header.tensors if _unknown_name(t.name, arch)]
     if unknown:
         raise GgufFileError(f"{path}: tensors this architecture does not have: {unknown[:4]}")
     config["vocab_size"] = int(embed.dims[1])
@@ -88,6 +95,8 @@ def read_gguf_tensors(path: Path) -> GgufWeights:
 
     header = read_gguf_header(path)
     config = _config(path, header)
+    arch = str(header.metadata["general.architecture"])
+    norm_shift = gemma_norm_shift(arch)
     with path.open("rb") as handle:
         mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     data = np.frombuffer(mapping, dtype=np.uint8)
@@ -97,7 +106,7 @@ def read_gguf_tensors(path: Path) -> GgufWeights:
         header.tensors, _row_layouts(path, header), strict=True
     ):
         try:
-            name = hf_name(info.name)
+            name = hf_name(info.name, arch)
         except ValueError as exc:
             raise GgufFileError(f"{path}: {exc}") from exc
         kind = GGMLQuantizationType(info.type)
@@ -109,6 +118,8 @@ def read_gguf_tensors(path: Path) -> GgufWeights:
             value = raw.view(torch.float32).reshape(tuple(reversed(info.dims)))
             if heads:
                 value = value.index_select(0, unpermute_rows(value.shape[0], heads))
+            if norm_shift and name.endswith("norm.weight"):
+                value = value - norm_shift  # Hugging Face's value; the loaders add it back
         else:
             if len(info.dims) != 2:
                 raise GgufFileError(f"{path}: tensor {info.name} of type {kind.name} is not 2-D")
@@ -159,9 +170,9 @@ def _view(data: np.ndarray[Any, Any], info: TensorInfo, size: int) -> torch.Tens
         return torch.from_numpy(data[info.offset : info.offset + size])
 
 
-def _unknown_name(gguf_name: str) -> bool:
+def _unknown_name(gguf_name: str, arch: str) -> bool:
     try:
-        hf_name(gguf_name)
+        hf_name(gguf_name, arch)
     except ValueError:
         return True
     return False

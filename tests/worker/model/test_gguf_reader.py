@@ -8,7 +8,8 @@ import torch
 from gguf import GGUFWriter
 
 from tests.worker.model_factory import hf_model, llama_cpp_permute, write_gguf
-from worker.model.gguf_reader import _unpermute_qk, read_gguf
+from worker.model.config import ModelConfig
+from worker.model.gguf_reader import _unpermute_qk, hf_name, read_gguf
 from worker.model.model_dir import default_model_path
 
 
@@ -153,3 +154,49 @@ def test_default_model_config_matches_transformers(default_gguf):
         assert config[key] == value, key
     assert config["rms_norm_eps"] == theirs.rms_norm_eps
     assert theirs.rope_parameters["rope_type"] == "default"
+
+
+# GGUF architecture → the model_factory architecture whose tensors it names.
+GGUF_ARCHITECTURES = {
+    "llama": "llama",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "gemma2": "gemma2",
+    "gemma3": "gemma3",
+    "phi3": "phi3",
+}
+
+
+@pytest.mark.parametrize("gguf_arch", list(GGUF_ARCHITECTURES))
+def test_tensor_names_agree_with_the_gguf_packages_own_map(gguf_arch):
+    """Our reading of GGUF names is the inverse of gguf's tensor_mapping (llama.cpp's)."""
+    from gguf import MODEL_ARCH, get_tensor_name_map
+
+    hf = hf_model(GGUF_ARCHITECTURES[gguf_arch])
+    names = get_tensor_name_map(MODEL_ARCH[gguf_arch.upper()], hf.config.num_hidden_layers)
+    for name in hf.state_dict():
+        base, _, suffix = name.rpartition(".")
+        gguf_name = names.get_name(base)
+        if gguf_name is None:  # lm_head of a tied model: not written
+            continue
+        assert hf_name(f"{gguf_name}.{suffix}", gguf_arch) == name
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3", "phi3"])
+def test_gemma_and_phi3_files_read_back_as_their_folders(arch, tmp_path):
+    # GGUF keeps no query scale: llama.cpp's is head_dim's, as this model's.
+    overrides = {"query_pre_attn_scalar": 16} if arch.startswith("gemma") else {}
+    hf = hf_model(arch, **overrides)
+    path = write_gguf(hf, tmp_path / f"{arch}.gguf")
+
+    config, state = read_gguf(path)
+
+    expected = hf.state_dict()
+    if hf.config.tie_word_embeddings:
+        del expected["lm_head.weight"]
+    assert sorted(state) == sorted(expected)
+    for name, tensor in expected.items():
+        # Gemma's norms cross the file as 1 + w: float32 rounding of the round trip only.
+        torch.testing.assert_close(state[name], tensor, rtol=0, atol=2.5e-7)
+    ours = ModelConfig.from_hf({**config, "rms_norm_eps": hf.config.rms_norm_eps})
+    assert ours == ModelConfig.from_hf(hf.config.to_dict())
