@@ -15,7 +15,7 @@ from gateway.protocols.base import (
     sse_event,
 )
 from gateway.protocols.bodies import checked_params
-from gateway.protocols.responses_body import ResponsesBody
+from gateway.protocols.responses_body import AllowedTools, ResponsesBody
 from gateway.protocols.responses_input import input_messages, output_messages
 from gateway.protocols.responses_stream import Event, ResponsesRequest, ResponseStream
 from gateway.protocols.structured import openai_response_format
@@ -181,7 +181,7 @@ def _settings(body: ResponsesBody, tools: dict[str, Any]) -> dict[str, Any]:
             ),
             "verbosity": (body.text.verbosity if body.text else None) or "medium",
         },
-        "tool_choice": body.tool_choice if isinstance(body.tool_choice, str) else _named(body),
+        "tool_choice": _tool_choice(body),
         "tools": served,
         "top_logprobs": body.top_logprobs or 0,
         "top_p": 1.0 if body.top_p is None else body.top_p,
@@ -193,11 +193,15 @@ def _settings(body: ResponsesBody, tools: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _named(body: ResponsesBody) -> Any:
+def _tool_choice(body: ResponsesBody) -> Any:
+    """`tool_choice` as the response object echoes it."""
     choice = body.tool_choice
     if isinstance(choice, dict):
         return {"type": "function", "name": choice["name"]}
-    return "auto"
+    if isinstance(choice, AllowedTools):
+        tools = [{"type": "function", "name": name} for name in choice.names]
+        return {"type": "allowed_tools", "mode": choice.mode, "tools": tools}
+    return choice or "auto"
 
 
 def _stream(state: StreamState) -> ResponseStream:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, PlainValidator, ValidationError, model_validator
@@ -138,13 +139,41 @@ class Tool(BaseModel):
         return self
 
 
-def _tool_choice(value: Any) -> str | dict[str, str] | None:
+@dataclass(frozen=True)
+class AllowedTools:
+    """tool_choice {"type": "allowed_tools", "mode", "tools"}: only these functions, under
+    `mode` ("auto" or "required"); the hosted tools it lists are ignored like the others."""
+
+    mode: str
+    names: tuple[str, ...]
+
+
+def _allowed_tools(value: Mapping[str, Any]) -> AllowedTools:
+    mode = value.get("mode")
+    if mode not in ("auto", "required"):
+        raise invalid(f'must be "auto" or "required", got {show(mode)}', "mode")
+    tools = value.get("tools")
+    if not isinstance(tools, list) or not tools or len(tools) > MAX_TOOLS:
+        raise invalid(f"must be an array of 1 to {MAX_TOOLS} tools", "tools")
+    names = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, Mapping):
+            raise invalid(f"must be an object, got {json_type(tool)}", f"tools.{i}")
+        if tool.get("type") == "function":
+            names.append(check_text(tool.get("name"), non_empty=True, at=f"tools.{i}.name"))
+    return AllowedTools(mode, tuple(names))
+
+
+def _tool_choice(value: Any) -> str | dict[str, str] | AllowedTools | None:
     """ "none" | "auto" | "required" | {"type": "function", "name": …}, as the worker's
-    "none" | "auto" | "required" | {"name": …}. Forcing a hosted tool cannot be served."""
+    "none" | "auto" | "required" | {"name": …}; or an allowed-tools subset. Forcing a hosted
+    tool cannot be served."""
     if value is None or value in ("none", "auto", "required"):
         return value  # type: ignore[no-any-return]
     if isinstance(value, Mapping) and value.get("type") == "function":
         return {"name": check_text(value.get("name"), non_empty=True, at="name")}
+    if isinstance(value, Mapping) and value.get("type") == "allowed_tools":
+        return _allowed_tools(value)
     if isinstance(value, Mapping) and isinstance(value.get("type"), str):
         raise invalid(f"{show(value['type'])} is not supported by this server", "type")
     raise invalid(

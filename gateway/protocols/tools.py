@@ -63,12 +63,23 @@ def responses_tools(body: responses_body.ResponsesBody) -> tuple[dict[str, Any],
     served as chat's; hosted ones (web_search, file_search, namespace, mcp, …) cannot run
     here, and are left out rather than refused, so that clients which always send them work."""
     tools, ignored = [], []
+    choice = body.tool_choice
+    allowed = choice if isinstance(choice, responses_body.AllowedTools) else None
+    if allowed is not None:
+        choice = allowed.mode
+        given = {tool.name for tool in body.tools or [] if tool.type == "function"}
+        for name in allowed.names:
+            if name not in given:
+                message = f"tool_choice names no given tool: {show(name)}"
+                raise GatewayError.invalid(message, "tool_choice")
     for i, tool in enumerate(body.tools or []):
         if tool.type != "function":
             if tool.type not in ignored:
                 ignored.append(tool.type)
             continue
         assert tool.name is not None  # the body's model requires it of a function
+        if allowed is not None and tool.name not in allowed.names:
+            continue
         tools.append(
             _tool(
                 at=f"tools.{i}",
@@ -80,7 +91,7 @@ def responses_tools(body: responses_body.ResponsesBody) -> tuple[dict[str, Any],
             )
         )
     parallel = body.parallel_tool_calls
-    return _settings(tools, body.tool_choice, True if parallel is None else parallel), ignored
+    return _settings(tools, choice, True if parallel is None else parallel), ignored
 
 
 def openai_messages(messages: list[chat_body.Message]) -> list[dict[str, Any]]:

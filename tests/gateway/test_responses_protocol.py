@@ -183,6 +183,38 @@ def test_function_tools_are_served_and_hosted_ones_ignored_by_name():
     assert request.settings["tool_choice"] == {"type": "function", "name": "get_weather"}
 
 
+def test_allowed_tools_serve_only_the_functions_named():
+    allowed = {
+        "type": "allowed_tools",
+        "mode": "required",
+        "tools": [{"type": "function", "name": "b"}, {"type": "web_search"}],
+    }
+    request = parse(
+        tools=[function("a"), function("b"), {"type": "web_search"}], tool_choice=allowed
+    )
+    assert [tool["name"] for tool in request.params["tools"]] == ["b"]
+    assert request.params["tool_choice"] == "required"
+    assert request.settings["tool_choice"] == {
+        "type": "allowed_tools",
+        "mode": "required",
+        "tools": [{"type": "function", "name": "b"}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("choice", "param"),
+    [
+        ({"type": "allowed_tools", "mode": "any", "tools": [function("a")]}, "tool_choice.mode"),
+        ({"type": "allowed_tools", "mode": "auto", "tools": []}, "tool_choice.tools"),
+        ({"type": "allowed_tools", "mode": "auto", "tools": [5]}, "tool_choice.tools.0"),
+        ({"type": "allowed_tools", "mode": "auto", "tools": [function("zz")]}, "tool_choice"),
+    ],
+)
+def test_bad_allowed_tools_are_400s(choice: dict[str, Any], param: str):
+    error = parse_error({"input": "hi", "tools": [function("a")], "tool_choice": choice})
+    assert error.param == param
+
+
 def test_only_hosted_tools_mean_no_tools():
     request = parse(tools=[{"type": "web_search"}], tool_choice="auto")
     assert "tools" not in request.params
