@@ -26,7 +26,7 @@ from gateway.protocols.anthropic import AnthropicResponseBuilder
 from gateway.protocols.base import ResponseBuilder
 from gateway.protocols.completions import CompletionsResponseBuilder
 from gateway.protocols.openai import OpenAIResponseBuilder
-from gateway.protocols.responses import ResponsesResponseBuilder
+from gateway.protocols.responses import IGNORED_TOOLS_HEADER, ResponsesResponseBuilder
 from gateway.registry import WorkerRegistry
 from gateway.request_ids import RequestIdMiddleware, http_error
 from gateway.response_store import ResponseStore
@@ -40,8 +40,9 @@ from gateway.workers import WorkerHub
 log = logging.getLogger(__name__)
 # A route that answers with a protocol's handler (its worker access and error shape).
 Route_ = Callable[[ProtocolHandler, Request], Awaitable[Response]]
-# Response headers a browser client may read: its request id, and when to retry a 429.
-CORS_EXPOSED_HEADERS = ["X-Request-Id", "request-id", "Retry-After"]
+# Response headers a browser client may read: its request id, when to retry a 429, and the
+# Responses API's hosted tools left out.
+CORS_EXPOSED_HEADERS = ["X-Request-Id", "request-id", "Retry-After", IGNORED_TOOLS_HEADER]
 
 
 class Gateway:
