@@ -7,11 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta, TopLogprob
+from common.wire import encode
 from gateway.errors import ErrorKind, GatewayError
 from gateway.protocols.base import ChatResult, ChoiceResult, StreamState
 from gateway.protocols.responses import ResponsesResponseBuilder
+from gateway.protocols.responses_body import InputItem, ResponsesBody
 from gateway.protocols.responses_stream import ResponsesRequest
 from gateway.response_store import ResponseStore
 
@@ -710,3 +714,42 @@ def test_errors_are_openais_shape():
             }
         },
     )
+
+
+# -- any JSON ---------------------------------------------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=12,
+)
+TOP_FIELDS = sorted(ResponsesBody.model_fields) + sorted(ResponsesBody.unsupported)
+ITEM_FIELDS = sorted(InputItem.model_fields)
+
+
+@given(st.sampled_from(TOP_FIELDS), JSON)
+def test_any_json_in_any_field_parses_or_is_a_400(key: str, value: Any):
+    body = {"input": "hi", "stream": True, key: value}
+    try:
+        request = builder().parse(body)
+    except GatewayError as error:
+        assert (error.kind, error.param is not None) == (ErrorKind.INVALID_REQUEST, True)
+    else:
+        encode(request.submit("r"))  # what parses crosses msgpack: never a 500 after it
+
+
+@given(
+    st.sampled_from(ITEM_FIELDS),
+    JSON,
+    st.sampled_from(["message", "function_call", "function_call_output"]),
+)
+def test_any_json_in_any_item_field_parses_or_is_a_400(key: str, value: Any, kind: str):
+    item = {"type": kind, "role": "user", "content": "hi", "call_id": "c", "name": "f"}
+    item.update(arguments="{}", output="x")
+    try:
+        request = builder().parse({"input": [{**item, key: value}]})
+    except GatewayError as error:
+        assert error.kind == ErrorKind.INVALID_REQUEST
+        assert error.param is not None and error.param.startswith("input")
+    else:
+        encode(request.submit("r"))
