@@ -62,7 +62,8 @@ def responses_tools(body: responses_body.ResponsesBody) -> tuple[dict[str, Any],
     """(the worker's tool settings, the hosted tool types ignored). Function tools are
     served as chat's; hosted ones (web_search, file_search, namespace, mcp, …) cannot run
     here, and are left out rather than refused, so that clients which always send them work."""
-    tools, ignored = [], []
+    tools: list[dict[str, Any]] = []
+    ignored: list[str] = []
     choice = body.tool_choice
     allowed = choice if isinstance(choice, responses_body.AllowedTools) else None
     if allowed is not None:
@@ -78,6 +79,10 @@ def responses_tools(body: responses_body.ResponsesBody) -> tuple[dict[str, Any],
                 ignored.append(tool.type)
             continue
         assert tool.name is not None  # the body's model requires it of a function
+        if any(t["name"] == tool.name for t in tools):  # named by its own index
+            raise GatewayError.invalid(
+                f"tools.{i}: a second tool named {tool.name!r}", f"tools.{i}"
+            )
         if allowed is not None and tool.name not in allowed.names:
             continue
         tools.append(

@@ -219,6 +219,11 @@ def test_bad_allowed_tools_are_400s(choice: dict[str, Any], param: str):
     assert error.param == param
 
 
+def test_a_second_tool_of_one_name_is_named_by_its_own_index():
+    error = parse_error({"input": "hi", "tools": [{"type": "web_search"}, function(), function()]})
+    assert (error.param, error.message) == ("tools.2", "tools.2: a second tool named 'get_weather'")
+
+
 def test_only_hosted_tools_mean_no_tools():
     request = parse(tools=[{"type": "web_search"}], tool_choice="auto")
     assert "tools" not in request.params
