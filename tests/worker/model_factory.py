@@ -8,6 +8,7 @@ and a (B, 1, Q*G, T) mask whose row q*G + g is query q of the g-th head of a kv 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -428,6 +429,14 @@ def write_gguf(model: PreTrainedModel, path: Path, types: dict[str, str] | None 
     if rope.get("rope_type") == "linear":
         writer.add_rope_scaling_type(RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(rope["factor"])
+    if rope.get("rope_type") == "longrope":  # as llama.cpp's Phi-3 converter writes it
+        writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        original = rope["original_max_position_embeddings"]
+        stretch = config.max_position_embeddings / original
+        writer.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(stretch) / math.log(original)))
+        for kind in ("long", "short"):
+            factors = np.asarray(rope[f"{kind}_factor"], dtype=np.float32)
+            writer.add_tensor(f"rope_factors_{kind}.weight", factors)
     if arch in ("mistral", "phi3") and config.sliding_window:
         writer.add_sliding_window(config.sliding_window)
     if gemma:  # as llama.cpp's converter writes them (its query scale is head_dim's)

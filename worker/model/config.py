@@ -3,6 +3,7 @@ a config.json dict."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -12,7 +13,7 @@ ACTIVATIONS = ("silu", "gelu_tanh")
 LAYER_TYPES = ("sliding_attention", "full_attention")
 # transformers' names of the activations we compute, by what config.json says.
 _ACTIVATION_NAMES = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,10 @@ class RopeScaling:
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     attention_factor: float | None = None
+    # LongRoPE (Phi-3/4): each frequency divided by its factor, the short ones for a served
+    # context within original_max_position_embeddings, the long ones beyond (as llama.cpp).
+    short_factor: tuple[float, ...] = ()
+    long_factor: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.rope_type not in SUPPORTED_ROPE_TYPES:
@@ -37,6 +42,10 @@ class RopeScaling:
             )
         if self.factor <= 0:
             raise ValueError(f"rope factor must be > 0, got {self.factor}")
+        if self.rope_type == "longrope" and (
+            not self.short_factor or len(self.short_factor) != len(self.long_factor)
+        ):
+            raise ValueError("longrope needs short_factor and long_factor of one length")
 
 
 @dataclass(frozen=True)
@@ -248,6 +257,8 @@ def _rope_fields(hf: dict[str, Any]) -> dict[str, Any]:
     scaling = dict(hf.get("rope_scaling") or {})
     merged = {**scaling, **params}
     rope_type = merged.get("rope_type") or merged.get("type") or "default"
+    if rope_type == "su":  # LongRoPE's first name, in Phi-3's early configs
+        rope_type = "longrope"
     fields: dict[str, Any] = {
         "rope_theta": float(merged.get("rope_theta", hf.get("rope_theta", 10000.0))),
         "rope_type": rope_type,
@@ -264,8 +275,22 @@ def _rope_fields(hf: dict[str, Any]) -> dict[str, Any]:
     ):
         if merged.get(name) is not None:
             fields[name] = merged[name]
-    if rope_type == "yarn" and "original_max_position_embeddings" not in fields:
-        fields["original_max_position_embeddings"] = hf.get("max_position_embeddings", 2048)
+    if rope_type in ("yarn", "longrope") and "original_max_position_embeddings" not in fields:
+        fields["original_max_position_embeddings"] = hf.get(
+            "original_max_position_embeddings", hf.get("max_position_embeddings", 2048)
+        )
+    if rope_type == "longrope":
+        fields["short_factor"] = tuple(float(f) for f in merged.get("short_factor") or ())
+        fields["long_factor"] = tuple(float(f) for f in merged.get("long_factor") or ())
+        fields.pop("factor", None)
+        if fields.get("attention_factor") is None:
+            # As transformers: from the trained context over the original one, fixed here so
+            # that serving a shorter context keeps the model's own value.
+            original = fields["original_max_position_embeddings"]
+            stretch = hf.get("max_position_embeddings", original) / original
+            fields["attention_factor"] = (
+                math.sqrt(1 + math.log(stretch) / math.log(original)) if stretch > 1 else 1.0
+            )
     return fields
 
 
@@ -285,6 +310,9 @@ def with_context(
                 f"--rope-scaling {rope_scaling} needs --max-model-len above the model's "
                 f"trained context ({trained} tokens) to know how far to stretch"
             )
+        if max_model_len is not None and config.rope_scaling.rope_type == "longrope":
+            # LongRoPE's factors follow the context served: the short ones within the original.
+            return replace(config, max_position_embeddings=max_model_len)
         return config
     if rope_scaling is None:
         raise ValueError(

@@ -61,6 +61,11 @@ BLOCK_TENSORS = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
+# LongRoPE's per-frequency factors (Phi-3/4): part of the config, not weights.
+ROPE_FACTOR_TENSORS = {
+    "rope_factors_long.weight": "long_factor",
+    "rope_factors_short.weight": "short_factor",
+}
 TOP_TENSORS = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
@@ -79,11 +84,17 @@ def read_gguf(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     config = config_from_reader(reader)
     arch = str(reader.fields["general.architecture"].contents())
     state: dict[str, torch.Tensor] = {}
+    factors = {}
     for tensor in reader.tensors:
+        if tensor.name in ROPE_FACTOR_TENSORS:
+            factors[ROPE_FACTOR_TENSORS[tensor.name]] = [float(f) for f in tensor.data]
+            continue
         name = hf_name(tensor.name, arch)
         # dequantize returns the logical shape with GGUF's dimension order already reversed.
         values = dequantize(tensor.data, tensor.tensor_type)
         state[name] = torch.from_numpy(np.array(values, dtype=np.float32, order="C"))
+    if factors:
+        add_longrope(config, config_meta(reader), factors)
     config["vocab_size"] = int(state["model.embed_tokens.weight"].shape[0])
     config["tie_word_embeddings"] = "lm_head.weight" not in state
     if arch == "llama":
@@ -101,7 +112,26 @@ _GEMMA_TENSORS_ARCHS = ("gemma2", "gemma3")
 
 def config_from_reader(reader: Any) -> dict[str, Any]:
     """The config dict of an open GGUFReader's metadata (vocab size and tying not included)."""
-    return config_from_metadata({name: field.contents() for name, field in reader.fields.items()})
+    return config_from_metadata(config_meta(reader))
+
+
+def config_meta(reader: Any) -> dict[str, Any]:
+    return {name: field.contents() for name, field in reader.fields.items()}
+
+
+def add_longrope(config: dict[str, Any], meta: dict[str, Any], factors: dict[str, Any]) -> None:
+    """LongRoPE's scaling (Phi-3/4) from its factor tensors and the file's keys, as a
+    config.json's rope_scaling holds it."""
+    arch = meta["general.architecture"]
+    config["rope_scaling"] = {
+        "rope_type": "longrope",
+        **factors,
+        "original_max_position_embeddings": int(
+            meta.get(f"{arch}.rope.scaling.original_context_length")
+            or config["max_position_embeddings"]
+        ),
+        "attention_factor": meta.get(f"{arch}.rope.scaling.attn_factor"),
+    }
 
 
 def config_from_metadata(meta: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,8 @@ import torch
 from worker.model.ggml_linear import QuantTensor
 from worker.model.gguf_header import GgufFormatError, GgufHeader, TensorInfo, read_header
 from worker.model.gguf_reader import (
+    ROPE_FACTOR_TENSORS,
+    add_longrope,
     config_from_metadata,
     gemma_norm_shift,
     hf_name,
@@ -45,9 +47,20 @@ def read_gguf_config(path: Path) -> dict[str, Any]:
     if embed is None or len(embed.dims) != 2:
         raise GgufFileError(f"{path}: no 2-D token_embd.weight tensor")
     arch = str(header.metadata["general.architecture"])
-    unknown = [t.name for t in header.tensors if _unknown_name(t.name, arch)]
+    unknown = [
+        t.name
+        for t in header.tensors
+        if _unknown_name(t.name, arch) and t.name not in ROPE_FACTOR_TENSORS
+    ]
     if unknown:
         raise GgufFileError(f"{path}: tensors this architecture does not have: {unknown[:4]}")
+    factors = {
+        ROPE_FACTOR_TENSORS[t.name]: _floats(path, t)
+        for t in header.tensors
+        if t.name in ROPE_FACTOR_TENSORS
+    }
+    if factors:
+        add_longrope(config, header.metadata, factors)
     config["vocab_size"] = int(embed.dims[1])
     config["tie_word_embeddings"] = "output.weight" not in names
     return config
@@ -105,6 +118,8 @@ def read_gguf_tensors(path: Path) -> GgufWeights:
     for info, (rows, cols, row_bytes) in zip(
         header.tensors, _row_layouts(path, header), strict=True
     ):
+        if info.name in ROPE_FACTOR_TENSORS:  # the config's, read by read_gguf_config
+            continue
         try:
             name = hf_name(info.name, arch)
         except ValueError as exc:
@@ -128,6 +143,16 @@ def read_gguf_tensors(path: Path) -> GgufWeights:
                 value = value.take_rows(unpermute_rows(rows, heads))
         tensors[name] = value
     return GgufWeights(tensors, mapping, spans)
+
+
+def _floats(path: Path, info: TensorInfo) -> list[float]:
+    """An F32 vector's values (LongRoPE's factors), read from the file."""
+    from gguf import GGMLQuantizationType
+
+    if info.type != GGMLQuantizationType.F32 or len(info.dims) != 1:
+        raise GgufFileError(f"{path}: tensor {info.name} must be a 1-D F32 vector")
+    values = np.fromfile(path, dtype=np.float32, count=int(info.dims[0]), offset=info.offset)
+    return [float(v) for v in values]
 
 
 def _config(path: Path, header: GgufHeader) -> dict[str, Any]:

@@ -9,9 +9,20 @@ import torch
 from worker.model.config import ModelConfig, RopeScaling
 
 
-def inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:
-    """(head_dim / 2,) float32 inverse frequencies, stretched as the rope type says."""
+def inverse_frequencies(
+    head_dim: int, theta: float, scaling: RopeScaling, context: int = 0
+) -> torch.Tensor:
+    """(head_dim / 2,) float32 inverse frequencies, stretched as the rope type says (LongRoPE:
+    by its long factors when the `context` served exceeds the original one)."""
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
+    if scaling.rope_type == "longrope":
+        long = context > scaling.original_max_position_embeddings
+        factors = torch.tensor(scaling.long_factor if long else scaling.short_factor)
+        if factors.numel() != head_dim // 2:
+            raise ValueError(
+                f"longrope has {factors.numel()} factors for {head_dim // 2} frequencies"
+            )
+        return 1.0 / (factors * theta**exponents)
     inv_freq = 1.0 / (theta**exponents)
     if scaling.rope_type == "linear":
         return inv_freq / scaling.factor
@@ -42,7 +53,10 @@ def _yarn_frequencies(
 
 
 def attention_factor(scaling: RopeScaling) -> float:
-    """What cos and sin are multiplied by: YaRN's softmax temperature fix, 1 otherwise."""
+    """What cos and sin are multiplied by: YaRN's and LongRoPE's softmax temperature fix, 1
+    otherwise."""
+    if scaling.rope_type == "longrope":
+        return scaling.attention_factor or 1.0
     if scaling.rope_type != "yarn":
         return 1.0
     if scaling.attention_factor is not None:
@@ -75,7 +89,7 @@ def rope_tables(config: ModelConfig, local: bool = False) -> tuple[torch.Tensor,
     if local and config.local_rope_theta is not None:
         theta, scaling = config.local_rope_theta, RopeScaling()
     rotary = config.rotary_dim or config.head_dim
-    inv_freq = inverse_frequencies(rotary, theta, scaling)
+    inv_freq = inverse_frequencies(rotary, theta, scaling, config.max_position_embeddings)
     inv_freq = torch.cat([inv_freq, inv_freq.new_zeros((config.head_dim - rotary) // 2)])
     positions = torch.arange(config.max_position_embeddings, dtype=torch.float32)
     angles = torch.outer(positions, inv_freq)  # (P, D/2)
