@@ -17,6 +17,7 @@ def empty_result(state: StreamState) -> ChatResult:
         created=state.created,
         choices=[ChoiceResult(index=i) for i in range(state.request.num_choices)],
         prompt_tokens=state.prompt_tokens,
+        request=state.request,
     )
 
 

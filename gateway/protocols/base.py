@@ -94,6 +94,7 @@ class ChatResult:
     choices: list[ChoiceResult]
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    request: ChatRequest | None = None  # what was asked, for builders that echo it
 
     @property
     def completion_tokens(self) -> int:
@@ -172,3 +173,7 @@ class ResponseBuilder(ABC):
     @abstractmethod
     def error_body(self, error: GatewayError) -> tuple[int, dict[str, Any]]:
         """HTTP status and body for an error, in this protocol's shape."""
+
+    def response_headers(self, request: ChatRequest) -> dict[str, str]:
+        """Headers an accepted request's answer carries, streamed or not (none by default)."""
+        return {}
