@@ -236,7 +236,7 @@ class ResponseStream:
 def _logprob(entry: TokenLogprob, *, with_bytes: bool) -> dict[str, Any]:
     """A token's logprob as output_text parts carry it (with bytes), or as deltas do."""
 
-    def one(token: str, logprob: float) -> dict[str, Any]:
+    def one(token: str, logprob: float | None) -> dict[str, Any]:
         shaped: dict[str, Any] = {"token": token, "logprob": logprob}
         if with_bytes:  # errors="replace": half a code point must not fail the response
             shaped["bytes"] = list(token.encode("utf-8", "replace"))
