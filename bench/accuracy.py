@@ -26,8 +26,17 @@ def sequence_logits(
     k = torch.zeros(shape, dtype=kv_dtype or model.dtype)
     v = torch.zeros_like(k)
     pos = torch.arange(n)
-    mask = (pos[None, :] <= pos[:, None]).repeat_interleave(config.kv_group_size, dim=0)
-    batch = ForwardBatch(pos, pos, pos[None], mask[None, None], pos, pos, n)
+
+    def causal(window: int | None) -> torch.Tensor:  # (1, 1, N*G, N), rows q*G + g
+        allowed = pos[None, :] <= pos[:, None]
+        if window is not None:
+            allowed &= pos[None, :] > pos[:, None] - window
+        return allowed.repeat_interleave(config.kv_group_size, dim=0)[None, None]
+
+    window_mask = causal(config.sliding_window) if config.has_mixed_windows else None
+    batch = ForwardBatch(
+        pos, pos, pos[None], causal(config.mask_window), pos, pos, n, window_mask=window_mask
+    )
     with torch.inference_mode():
         return model(torch.tensor(ids), batch, [(k[i], v[i]) for i in range(config.num_layers)])
 

@@ -160,6 +160,9 @@ class SamplingParams(BaseModel):
     ignore_eos: Annotated[bool, boolean()] = False
     logprobs: Annotated[bool, boolean()] = False
     top_logprobs: Annotated[int, integer(0, MAX_TOP_LOGPROBS)] = 0
+    # The prompt's own tokens' logprobs (each given the tokens before it; the first has
+    # none), with this many likeliest alternatives each; None: not computed.
+    prompt_logprobs: Annotated[int, integer(0, MAX_TOP_LOGPROBS)] | None = None
     n: Annotated[int, integer(1, MAX_N)] = 1
     skip_special_tokens: Annotated[bool, boolean()] = True
     # {"type": "json_object"} or {"type": "json_schema", "schema": {...}, "strict": bool}:

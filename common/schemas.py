@@ -11,7 +11,7 @@ from common.worker_stats import WorkerStats
 
 # 2: logprobs, tool-call parts and stats are structs (lists of their fields, in order), not
 # positional lists and maps; finish reasons and reject codes are checked against their enums.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,9 @@ class Tokens(Message):
     token_ids: list[int]
     logprobs: list[TokenLogprob] | None = None
     tool_calls: list[ToolCallDelta] | None = None
+    # With a choice's first tokens, when asked for: each prompt token's logprob (the first
+    # token has none).
+    prompt_logprobs: list[TokenLogprob] | None = None
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,15 @@ class TopLogprob:
 
 @dataclass(frozen=True)
 class TokenLogprob:
-    """A sampled token's logprob and, best first, the likeliest alternatives."""
+    """A token's logprob and, best first, the likeliest alternatives; `logprob` None for a
+    prompt's first token (nothing before it to predict it), `rank` (1 = the likeliest) for a
+    prompt's tokens, which were not sampled."""
 
     token_id: int
     text: str
-    logprob: float
+    logprob: float | None
     top: tuple[TopLogprob, ...] = ()
+    rank: int | None = None
 
 
 @dataclass(frozen=True)

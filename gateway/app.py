@@ -26,8 +26,11 @@ from gateway.protocols.anthropic import AnthropicResponseBuilder
 from gateway.protocols.base import ResponseBuilder
 from gateway.protocols.completions import CompletionsResponseBuilder
 from gateway.protocols.openai import OpenAIResponseBuilder
+from gateway.protocols.responses import IGNORED_TOOLS_HEADER, ResponsesResponseBuilder
 from gateway.registry import WorkerRegistry
 from gateway.request_ids import RequestIdMiddleware, http_error
+from gateway.response_store import ResponseStore
+from gateway.responses_routes import delete_response, get_response
 from gateway.router import make_policy
 from gateway.services import RequestServices
 from gateway.stats import GatewayMetrics, aggregate_stats
@@ -37,8 +40,9 @@ from gateway.workers import WorkerHub
 log = logging.getLogger(__name__)
 # A route that answers with a protocol's handler (its worker access and error shape).
 Route_ = Callable[[ProtocolHandler, Request], Awaitable[Response]]
-# Response headers a browser client may read: its request id, and when to retry a 429.
-CORS_EXPOSED_HEADERS = ["X-Request-Id", "request-id", "Retry-After"]
+# Response headers a browser client may read: its request id, when to retry a 429, and the
+# Responses API's hosted tools left out.
+CORS_EXPOSED_HEADERS = ["X-Request-Id", "request-id", "Retry-After", IGNORED_TOOLS_HEADER]
 
 
 class Gateway:
@@ -69,6 +73,10 @@ class Gateway:
         self.openai = self._handler(OpenAIResponseBuilder())
         self.anthropic = self._handler(AnthropicResponseBuilder())
         self.completions = self._handler(CompletionsResponseBuilder())
+        store = ResponseStore(
+            config.responses_store_entries, config.responses_store_mb * 1024 * 1024
+        )
+        self.responses = self._handler(ResponsesResponseBuilder(store))
 
     def _handler(self, builder: ResponseBuilder) -> ProtocolHandler:
         return ProtocolHandler(builder, self.services, lambda: self.draining)
@@ -157,6 +165,17 @@ class Gateway:
             Route("/v1/chat/completions", self._protected(self.openai), methods=["POST"]),
             Route("/v1/completions", self._protected(self.completions), methods=["POST"]),
             Route("/v1/messages", self._protected(self.anthropic), methods=["POST"]),
+            Route("/v1/responses", self._protected(self.responses), methods=["POST"]),
+            Route(
+                "/v1/responses/{response_id}",
+                self._protected(self.responses, get_response),
+                methods=["GET"],
+            ),
+            Route(
+                "/v1/responses/{response_id}",
+                self._protected(self.responses, delete_response),
+                methods=["DELETE"],
+            ),
             Route(
                 "/v1/messages/count_tokens",
                 self._protected(self.anthropic, count_tokens),
@@ -187,7 +206,7 @@ class Gateway:
             cors = Middleware(
                 CORSMiddleware,
                 allow_origins=origins,
-                allow_methods=["GET", "POST"],
+                allow_methods=["GET", "POST", "DELETE"],
                 # Any header the client asks for: beyond the API's own (Authorization,
                 # x-api-key, anthropic-version, X-Request-Id) the official SDKs send theirs
                 # (x-stainless-*, anthropic-beta), and only the origin guards access.

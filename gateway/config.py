@@ -98,6 +98,28 @@ class GatewayConfig:
         ),
     )
 
+    default_max_tokens: int | None = field(
+        default=None,
+        metadata=option(
+            "a request that sets no token budget (Chat Completions without max_tokens, the "
+            "Responses API without max_output_tokens) gets this one, as llama.cpp's "
+            "--n-predict; default: until the context ends",
+            metavar="N",
+        ),
+    )
+    responses_store_entries: int = field(
+        default=1024,
+        metadata=option(
+            "stored /v1/responses responses kept in memory (store: true, the API's default); "
+            "the least recently used go first; 0 stores none",
+            metavar="N",
+        ),
+    )
+    responses_store_mb: int = field(
+        default=256,
+        metadata=option("memory for stored responses, at most", metavar="MB"),
+    )
+
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port}")
@@ -109,8 +131,11 @@ class GatewayConfig:
         for name in ("max_body_bytes", "max_frame_bytes", "submit_attempts", "max_in_flight"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_queued < 0:
-            raise ValueError(f"max_queued must be >= 0, got {self.max_queued}")
+        if self.default_max_tokens is not None and self.default_max_tokens < 1:
+            raise ValueError(f"default_max_tokens must be >= 1, got {self.default_max_tokens}")
+        for name in ("max_queued", "responses_store_entries", "responses_store_mb"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in (
             "heartbeat_timeout_s",
             "accept_timeout_s",

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.body import read_json, wait_disconnect
 from gateway.errors import ErrorKind, GatewayError
-from gateway.protocols.base import ResponseBuilder, StreamState
+from gateway.protocols.base import ChatRequest, ResponseBuilder, StreamState
 from gateway.request_lifecycle import RequestLifecycle
 from gateway.response_fold import fold_events
 from gateway.services import RequestServices
@@ -65,6 +65,7 @@ class ProtocolHandler:
             return self.refuse(error)
         except ClientDisconnect:
             return self.client_gone()
+        self.apply_default_budget(chat)
         lifecycle = RequestLifecycle(self.services, self.builder, started_at)
         try:
             await lifecycle.admit()
@@ -96,6 +97,12 @@ class ProtocolHandler:
                 "the gateway is shutting down",
                 retry_after_s=DRAIN_RETRY_AFTER_S,
             )
+
+    def apply_default_budget(self, chat: ChatRequest) -> None:
+        """`--default-max-tokens` for a request that set no budget (never below its min_tokens)."""
+        default = self.services.config.default_max_tokens
+        if default is not None and chat.params.get("max_tokens") is None:
+            chat.params["max_tokens"] = max(default, chat.params.get("min_tokens", 0))
 
     async def read_body(self, request: Request) -> Any:
         """The JSON body, within the configured size and time."""
@@ -161,4 +168,5 @@ class ProtocolHandler:
         finally:
             disconnect.cancel()
         lifecycle.release(200, result.completion_tokens)
-        return JSONResponse(self.builder.format_response(result))
+        headers = self.builder.response_headers(state.request)
+        return JSONResponse(self.builder.format_response(result), headers=headers)

@@ -18,6 +18,7 @@ class TokenDelta:
     text: str
     logprobs: list[TokenLogprob]
     tool_calls: list[ToolCallDelta]
+    prompt_logprobs: list[TokenLogprob] | None = None  # with a choice's first tokens, if asked
 
 
 @dataclass(frozen=True)

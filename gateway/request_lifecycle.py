@@ -175,8 +175,12 @@ class RequestLifecycle:
                     self.ttft_s = time.monotonic() - self.started_at
                 state.completion_tokens += len(message.token_ids)
                 logprobs, parts = message.logprobs or [], message.tool_calls or []
+                prompt_logprobs = message.prompt_logprobs
+                if prompt_logprobs is not None and state.request.echo:
+                    # An echoed prompt's tokens are part of the text: theirs lead the logprobs.
+                    logprobs = [*prompt_logprobs, *logprobs]
                 delivered = True
-                yield TokenDelta(message.index, message.text, logprobs, parts)
+                yield TokenDelta(message.index, message.text, logprobs, parts, prompt_logprobs)
             elif isinstance(message, Finished) and 0 <= message.index < n:
                 remaining -= 1
                 self._worker_done = remaining == 0

@@ -17,7 +17,7 @@ def empty_result(state: StreamState) -> ChatResult:
         created=state.created,
         choices=[ChoiceResult(index=i) for i in range(state.request.num_choices)],
         prompt_tokens=state.prompt_tokens,
-        response_fields=state.request.response_fields,
+        request=state.request,
     )
 
 
@@ -27,6 +27,8 @@ def add_event(result: ChatResult, event: RequestEvent) -> None:
         choice = result.choices[event.index]
         choice.text += event.text
         choice.logprobs.extend(event.logprobs)
+        if event.prompt_logprobs is not None:
+            choice.prompt_logprobs = event.prompt_logprobs
         choice.add_tool_call_parts(event.tool_calls)
     elif isinstance(event, ChoiceEnd):
         choice = result.choices[event.index]

@@ -44,8 +44,9 @@ class SseAnswer:
         self.status = 499  # until the events end: the client went away mid-stream
 
     def response(self) -> ClosingStreamingResponse:
+        headers = {**SSE_HEADERS, **self.builder.response_headers(self.state.request)}
         return ClosingStreamingResponse(
-            self.body(), on_close=self.close, media_type="text/event-stream", headers=SSE_HEADERS
+            self.body(), on_close=self.close, media_type="text/event-stream", headers=headers
         )
 
     async def body(self) -> AsyncIterator[str]:

@@ -80,7 +80,7 @@ class AnthropicResponseBuilder(ResponseBuilder):
                 "output_tokens": result.completion_tokens,
                 "cache_read_input_tokens": result.cached_tokens,
             },
-            **result.response_fields,
+            **(result.request.response_fields if result.request is not None else {}),
         }
 
     def stream_start(self, state: StreamState) -> list[str]:

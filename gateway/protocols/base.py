@@ -74,6 +74,7 @@ class ChoiceResult:
     finish_reason: FinishReason | None = None
     stop: str | int | None = None  # the stop string or stop token id that ended it
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    prompt_logprobs: list[TokenLogprob] | None = None  # each prompt token's, when asked for
     completion_tokens: int = 0
     tool_calls: list[ToolCall] = field(default_factory=list)
 
@@ -95,7 +96,7 @@ class ChatResult:
     choices: list[ChoiceResult]
     prompt_tokens: int = 0
     cached_tokens: int = 0
-    response_fields: dict[str, Any] = field(default_factory=dict)  # the request's
+    request: ChatRequest | None = None  # what was asked, for builders that echo it
 
     @property
     def completion_tokens(self) -> int:
@@ -174,3 +175,7 @@ class ResponseBuilder(ABC):
     @abstractmethod
     def error_body(self, error: GatewayError) -> tuple[int, dict[str, Any]]:
         """HTTP status and body for an error, in this protocol's shape."""
+
+    def response_headers(self, request: ChatRequest) -> dict[str, str]:
+        """Headers an accepted request's answer carries, streamed or not (none by default)."""
+        return {}

@@ -33,10 +33,16 @@ class CompletionsResponseBuilder(OpenAIStreamBuilder):
         params = completion.sampling()
         params["max_tokens"] = completion.max_tokens or DEFAULT_MAX_TOKENS
         if completion.logprobs is not None:
-            if completion.echo:  # the prompt's own logprobs: the worker computes new ones only
-                message = "echo with logprobs is not supported (it needs the prompt's logprobs)"
-                raise GatewayError.invalid(message, "echo")
             params.update(logprobs=True, top_logprobs=completion.logprobs)
+            if completion.echo:  # the echoed prompt's tokens come with their logprobs too
+                params["prompt_logprobs"] = completion.logprobs
+        if completion.prompt_logprobs is not None:
+            if completion.stream:
+                message = "prompt_logprobs is returned in non-streamed responses only"
+                raise GatewayError.invalid(message, "prompt_logprobs")
+            params["prompt_logprobs"] = max(
+                completion.prompt_logprobs, params.get("prompt_logprobs", 0)
+            )
         best_of = completion.best_of
         if best_of is not None and best_of != params["n"]:
             message = f"best_of must equal n ({params['n']}) if given, got {best_of}"
@@ -62,7 +68,10 @@ class CompletionsResponseBuilder(OpenAIStreamBuilder):
             "created": result.created,
             "model": result.model,
             "choices": [
-                _choice(c.index, c.text, _logprobs(c.logprobs), finish_reason(c))
+                {
+                    **_choice(c.index, c.text, _logprobs(c.logprobs), finish_reason(c)),
+                    **({} if c.prompt_logprobs is None else _vllm_prompt_logprobs(c)),
+                }
                 for c in sorted(result.choices, key=lambda choice: choice.index)
             ],
             "usage": usage_body(
@@ -104,9 +113,35 @@ def _logprobs(entries: list[TokenLogprob], text_offset: int = 0) -> dict[str, An
     return {
         "tokens": [entry.text for entry in entries],
         "token_logprobs": [entry.logprob for entry in entries],
-        "top_logprobs": [{top.text: top.logprob for top in entry.top} for entry in entries],
+        # An echoed prompt's first token has no logprob, and no alternatives either.
+        "top_logprobs": [
+            None if entry.logprob is None else {top.text: top.logprob for top in entry.top}
+            for entry in entries
+        ],
         "text_offset": offsets,
     }
+
+
+def _vllm_prompt_logprobs(choice: ChoiceResult) -> dict[str, Any]:
+    """vLLM's `prompt_logprobs`: None for the first token, then per token id (the prompt's own
+    and the likeliest alternatives) its logprob, rank and text."""
+    entries = choice.prompt_logprobs or []
+    rendered: list[dict[str, Any] | None] = []
+    for entry in entries:
+        if entry.logprob is None:
+            rendered.append(None)
+            continue
+        position = {
+            str(top.token_id): {"logprob": top.logprob, "rank": rank, "decoded_token": top.text}
+            for rank, top in enumerate(entry.top, start=1)
+        }
+        position[str(entry.token_id)] = {
+            "logprob": entry.logprob,
+            "rank": entry.rank,
+            "decoded_token": entry.text,
+        }
+        rendered.append(position)
+    return {"prompt_logprobs": rendered}
 
 
 def _choice(

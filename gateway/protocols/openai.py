@@ -134,7 +134,7 @@ def _logprobs(logprobs: list[TokenLogprob]) -> dict[str, Any] | None:
     }
 
 
-def _token_logprob(token: str, logprob: float) -> dict[str, Any]:
+def _token_logprob(token: str, logprob: float | None) -> dict[str, Any]:
     # errors="replace": a token that is half a code point must not fail the response.
     return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8", "replace"))}
 

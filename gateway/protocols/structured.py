@@ -9,10 +9,10 @@ from common.validation import json_type, show
 from gateway.errors import GatewayError
 
 
-def openai_response_format(value: Any) -> dict[str, Any] | None:
+def openai_response_format(value: Any, param: str = "response_format") -> dict[str, Any] | None:
     """`response_format`: text (unconstrained), json_object, or json_schema {name, schema,
-    strict}. A schema the grammar engine cannot compile is a 400 here, before any work."""
-    param = "response_format"
+    strict}. A schema the grammar engine cannot compile is a 400 here, before any work.
+    `param`: the parameter named in errors (the Responses API's `text.format` is the same)."""
     if value is None:
         return None
     if not isinstance(value, dict):

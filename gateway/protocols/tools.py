@@ -1,4 +1,4 @@
-"""Tools in both protocols: definitions, tool choice and tool turns, in the worker's terms.
+"""Tools in every protocol: definitions, tool choice and tool turns, in the worker's terms.
 
 The worker takes tools as [{name, description, parameters, strict}], tool_choice as "auto",
 "none", "required" or {"name": …}, and chat turns as {role, content} where an assistant turn
@@ -16,7 +16,7 @@ from common.structured_output import StructuredOutputError
 from common.tool_calls import tool_call_grammar
 from common.validation import show
 from gateway.errors import GatewayError
-from gateway.protocols import anthropic_body, chat_body
+from gateway.protocols import anthropic_body, chat_body, responses_body
 
 
 def openai_tools(body: chat_body.ChatBody) -> dict[str, Any]:
@@ -62,6 +62,47 @@ def anthropic_tools(body: anthropic_body.MessagesBody) -> dict[str, Any]:
         choice = {"any": "required", "tool": {"name": value.name}}.get(value.type, value.type)
         parallel = not value.disable_parallel_tool_use
     return _settings(tools, choice, parallel)
+
+
+def responses_tools(body: responses_body.ResponsesBody) -> tuple[dict[str, Any], list[str]]:
+    """(the worker's tool settings, the hosted tool types ignored). Function tools are
+    served as chat's; hosted ones (web_search, file_search, namespace, mcp, …) cannot run
+    here, and are left out rather than refused, so that clients which always send them work."""
+    tools: list[dict[str, Any]] = []
+    ignored: list[str] = []
+    choice = body.tool_choice
+    allowed = choice if isinstance(choice, responses_body.AllowedTools) else None
+    if allowed is not None:
+        choice = allowed.mode
+        given = {tool.name for tool in body.tools or [] if tool.type == "function"}
+        for name in allowed.names:
+            if name not in given:
+                message = f"tool_choice names no given tool: {show(name)}"
+                raise GatewayError.invalid(message, "tool_choice")
+    for i, tool in enumerate(body.tools or []):
+        if tool.type != "function":
+            if tool.type not in ignored:
+                ignored.append(tool.type)
+            continue
+        assert tool.name is not None  # the body's model requires it of a function
+        if any(t["name"] == tool.name for t in tools):  # named by its own index
+            raise GatewayError.invalid(
+                f"tools.{i}: a second tool named {tool.name!r}", f"tools.{i}"
+            )
+        if allowed is not None and tool.name not in allowed.names:
+            continue
+        tools.append(
+            _tool(
+                at=f"tools.{i}",
+                schema_key="parameters",
+                name=tool.name,
+                schema=tool.parameters or {"type": "object"},
+                strict=tool.strict,
+                description=tool.description,
+            )
+        )
+    parallel = body.parallel_tool_calls
+    return _settings(tools, choice, True if parallel is None else parallel), ignored
 
 
 def openai_messages(messages: list[chat_body.Message]) -> list[dict[str, Any]]:

@@ -50,6 +50,13 @@ EXAMPLES = [
     Rejected("req-1", RejectCode.CONTEXT_LENGTH_EXCEEDED, "prompt is too long", "messages"),
     LOGPROBS := Tokens("req-1", 0, "Hello", [9906], [HELLO, TokenLogprob(2, "", -0.5)]),
     Tokens("req-1", 1, "", [2]),
+    Tokens(  # the first tokens of a choice that asked for its prompt's logprobs
+        "req-1",
+        2,
+        "!",
+        [0],
+        prompt_logprobs=[TokenLogprob(9906, "Hello", None), TokenLogprob(13, ".", -2.5, rank=3)],
+    ),
     TOOL_CALLS := Tokens(
         "req-1",
         0,
@@ -102,8 +109,8 @@ def test_a_struct_crosses_as_the_list_of_its_fields():
     """The compact form documented in common/wire.py: one token's logprobs, ~30 bytes."""
     body = msgpack.unpackb(encode(LOGPROBS))
     assert body["logprobs"] == [
-        [9906, "Hello", -0.1, [[9906, "Hello", -0.1], [13, ".", -2.5]]],
-        [2, "", -0.5, []],
+        [9906, "Hello", -0.1, [[9906, "Hello", -0.1], [13, ".", -2.5]], None],
+        [2, "", -0.5, [], None],
     ]
     assert body["t"] == "tokens" and body["v"] == PROTOCOL_VERSION
     finished = msgpack.unpackb(encode(CALLS_END))

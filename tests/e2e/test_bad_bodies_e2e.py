@@ -2,7 +2,7 @@
 the route's protocol's shape, and nothing left open afterwards.
 
 The fields come from the pydantic request models themselves (top level, and the first
-message's), so a field added to a model is covered without touching this file.
+message's or input item's), so a field added to a model is covered without touching this file.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from gateway.protocols.anthropic_body import MessagesBody
 from gateway.protocols.chat_body import ChatBody
 from gateway.protocols.chat_body import Message as ChatMessage
 from gateway.protocols.completions_body import CompletionsBody
+from gateway.protocols.responses_body import InputItem, ResponsesBody
 from gateway.protocols.tokenize_body import DetokenizeBody, TokenizeBody
 from tests.conftest import TINY_NAME
 from tests.e2e.harness import Server, wait_until
@@ -26,7 +27,8 @@ from tests.e2e.harness import Server, wait_until
 pytestmark = pytest.mark.slow
 
 USER = {"role": "user", "content": "hi"}
-# (path, body model, a valid body, the model of its messages' items or None, protocol)
+# (path, body model, a valid body, the model of its messages' (or input's) items or None,
+# protocol); the items are the valid body's one array.
 ROUTES: list[tuple[str, type[BaseModel], dict[str, Any], type[BaseModel] | None, str]] = [
     (
         "/v1/chat/completions",
@@ -36,6 +38,13 @@ ROUTES: list[tuple[str, type[BaseModel], dict[str, Any], type[BaseModel] | None,
         "openai",
     ),
     ("/v1/completions", CompletionsBody, {"prompt": "hi", "max_tokens": 1}, None, "openai"),
+    (
+        "/v1/responses",
+        ResponsesBody,
+        {"input": [USER], "max_output_tokens": 1},
+        InputItem,
+        "openai",
+    ),
     (
         "/v1/messages",
         MessagesBody,
@@ -86,7 +95,8 @@ def mutations() -> list[tuple[str, str, bytes, str]]:
     for path, model, valid, item_model, protocol in ROUTES:
         targets: list[tuple[str, ...]] = [(name,) for name in json_names(model)]
         if item_model is not None:
-            targets += [("messages", "0", name) for name in json_names(item_model)]
+            items = next(key for key, value in valid.items() if isinstance(value, list))
+            targets += [(items, "0", name) for name in json_names(item_model)]
         for target in targets:
             for value in HOSTILE:
                 body = json.loads(json.dumps(valid))

@@ -6,9 +6,12 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
+import torch
 
 from tests.e2e.harness import Server
 from tests.e2e.sdk import MODEL, openai_client
+from tests.worker.engine.test_engine import transformers_from_gguf
+from worker.model.model_dir import gguf_source, resolve_model_dir
 
 pytestmark = pytest.mark.slow
 PROMPT = "The capital of France is"
@@ -144,7 +147,7 @@ def test_streamed_logprobs_offsets_run_on(client: openai.OpenAI):
     ("fields", "param", "says"),
     [
         ({"suffix": "x"}, "suffix", "not supported"),
-        ({"echo": True, "logprobs": 1}, "echo", "echo with logprobs"),
+        ({"extra_body": {"prompt_logprobs": 1}, "stream": True}, "prompt_logprobs", "non-str"),
         ({"best_of": 3}, "best_of", "best_of"),
         ({"logprobs": 6}, "logprobs", "logprobs"),
         ({"prompt": [[1, 2], [3, 49152]]}, "prompt", "prompt[1]: token id 49152 is outside"),
@@ -161,3 +164,44 @@ def test_bad_requests_are_400_naming_the_parameter(
     error = caught.value.body
     assert error["param"] == param and says in error["message"]
     assert default_server.stats()["open_requests"] == 0
+
+
+LOGLIKELIHOOD_TEXT = "The capital of France is Paris, and the capital of Italy is Rome."
+
+
+def test_echo_with_logprobs_scores_the_prompt_as_transformers_does(
+    client: openai.OpenAI, default_server: Server
+):
+    """lm-eval-harness's loglikelihood request: the prompt echoed with each token's logprob
+    (the first has none) and the one generated token after it."""
+    ids = token_ids(default_server, LOGLIKELIHOOD_TEXT)
+    reply = client.completions.create(
+        model=MODEL, prompt=ids, echo=True, logprobs=1, max_tokens=1, temperature=0
+    )
+    scored = client.completions.create(
+        model=MODEL, prompt=ids, max_tokens=1, extra_body={"prompt_logprobs": 2}
+    )
+    [choice] = reply.choices
+    logprobs = choice.logprobs
+    assert choice.text.startswith(LOGLIKELIHOOD_TEXT)
+    assert len(logprobs.tokens) == len(ids) + 1
+    assert "".join(logprobs.tokens[: len(ids)]) == LOGLIKELIHOOD_TEXT
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    source = gguf_source(resolve_model_dir(None))
+    assert source is not None
+    with torch.inference_mode():
+        logits = transformers_from_gguf(source)(torch.tensor([ids])).logits[0]
+    expected = torch.log_softmax(logits.float(), dim=-1)
+    for position in range(1, len(ids)):
+        want = float(expected[position - 1, ids[position]])
+        # The served file's Q4_1 kernels against the same file dequantized: rounding only.
+        assert logprobs.token_logprobs[position] == pytest.approx(want, abs=2e-3)
+    # vLLM's form of the same numbers: per position the prompt token's entry, ranked.
+    vllm = (scored.choices[0].model_extra or {})["prompt_logprobs"]
+    assert vllm[0] is None and len(vllm) == len(ids)
+    for position in range(1, len(ids)):
+        entry = vllm[position][str(ids[position])]
+        assert entry["logprob"] == pytest.approx(logprobs.token_logprobs[position], abs=1e-5)
+        rank = int((expected[position - 1] > expected[position - 1, ids[position]]).sum()) + 1
+        assert abs(entry["rank"] - rank) <= 1  # near-ties may swap under the kernels' rounding
+        assert len(vllm[position]) in (2, 3)  # two alternatives, the token among them or not

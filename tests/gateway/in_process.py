@@ -53,13 +53,17 @@ async def until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
 
 @contextlib.asynccontextmanager
 async def in_process(
-    *scripts: Script, falls_silent: bool | Sequence[bool] = False, aliases: tuple[str, ...] = ()
+    *scripts: Script,
+    falls_silent: bool | Sequence[bool] = False,
+    aliases: tuple[str, ...] = (),
+    **settings: Any,
 ) -> AsyncIterator[InProcess]:
     """A gateway on a free loopback port with one scripted worker per script, registered;
-    `falls_silent` for all of them, or per worker; every worker serves `aliases` too."""
+    `falls_silent` for all of them, or per worker; every worker serves `aliases` too;
+    `settings`: more GatewayConfig fields."""
     silent = [falls_silent] * len(scripts) if isinstance(falls_silent, bool) else falls_silent
     bind = f"tcp://127.0.0.1:{free_loopback_port()}"
-    config = GatewayConfig(worker_bind=bind, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S)
+    config = GatewayConfig(worker_bind=bind, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S, **settings)
     gateway = Gateway(config)
     app = gateway.app()
     async with app.router.lifespan_context(app):

@@ -228,7 +228,8 @@ def applied_fields() -> dict[str, Any]:
 
 def test_the_response_reports_the_applied_edits():
     choice = ChoiceResult(0, "ok", FinishReason.STOP, 2, completion_tokens=1)
-    result = ChatResult("msg_1", "m", 0, [choice], 5, response_fields=applied_fields())
+    request = ChatRequest("m", HELLO, {}, response_fields=applied_fields())
+    result = ChatResult("msg_1", "m", 0, [choice], 5, request=request)
     body = BUILDER.format_response(result)
     assert body["context_management"] == applied_fields()["context_management"]
     assert list(body)[-1] == "context_management"

@@ -184,8 +184,22 @@ def test_logprobs_must_be_an_integer_up_to_five(logprobs: Any):
     assert parse_error(prompt="x", logprobs=logprobs).param == "logprobs"
 
 
-def test_echo_with_logprobs_is_refused_naming_echo():
-    assert parse_error(prompt="x", echo=True, logprobs=1).param == "echo"
+def test_echo_with_logprobs_asks_for_the_prompts_logprobs_too():
+    assert parse(prompt="x", echo=True, logprobs=2).params["prompt_logprobs"] == 2
+    assert "prompt_logprobs" not in parse(prompt="x", logprobs=2).params
+    assert (
+        parse(prompt="x", echo=True, logprobs=1, prompt_logprobs=4).params["prompt_logprobs"] == 4
+    )
+
+
+@pytest.mark.parametrize("value", [-1, 21, True, "1"])
+def test_prompt_logprobs_must_be_a_count_up_to_twenty(value: Any):
+    assert parse_error(prompt="x", prompt_logprobs=value).param == "prompt_logprobs"
+
+
+def test_prompt_logprobs_are_refused_when_streamed():
+    error = parse_error(prompt="x", prompt_logprobs=1, stream=True)
+    assert error.param == "prompt_logprobs" and "non-streamed" in str(error)
 
 
 @pytest.mark.parametrize(("best_of", "n"), [(3, 1), (1, 2), (0, 1)])

@@ -45,7 +45,7 @@ def test_responses_to_an_allowed_origin_expose_the_request_id():
     response = make_client(ALLOWED).get("/stats", headers={"Origin": ALLOWED})
     assert response.headers["access-control-allow-origin"] == ALLOWED
     exposed = response.headers["access-control-expose-headers"].lower().split(", ")
-    assert {"x-request-id", "request-id", "retry-after"} <= set(exposed)
+    assert {"x-request-id", "request-id", "retry-after", "x-astrai-ignored-tools"} <= set(exposed)
 
 
 def test_a_disallowed_origin_gets_no_cors_headers():

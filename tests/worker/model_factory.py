@@ -8,6 +8,7 @@ and a (B, 1, Q*G, T) mask whose row q*G + g is query q of the g-th head of a kv 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,45 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     "qwen2": {**_SMALL, "model_type": "qwen2", "rope_parameters": {"rope_theta": 1e6}},
     # Qwen3: no q/k/v biases, an RMSNorm over each q and k head before RoPE.
     "qwen3": {**_SMALL, "model_type": "qwen3", "rope_parameters": {"rope_theta": 1e6}},
+    # Gemma 2: GeGLU, four norms a layer stored as w (scaled by 1 + w), embeddings scaled by
+    # sqrt(hidden), a query scale of its own, soft-capped attention scores and logits, and
+    # a sliding layer (window 8, shorter than the tests' sequences) before a full one.
+    "gemma2": {
+        **_SMALL,
+        "model_type": "gemma2",
+        "hidden_activation": "gelu_pytorch_tanh",
+        "query_pre_attn_scalar": 24,
+        "sliding_window": 8,
+        "attn_logit_softcapping": 4.0,
+        "final_logit_softcapping": 6.0,
+        "tie_word_embeddings": True,
+    },
+    # Gemma 3 (text): Gemma 2 without soft caps, with q/k norms, and a RoPE per layer type:
+    # the sliding layers' own base, the full layers' scaled linearly.
+    "gemma3": {
+        **_SMALL,
+        "model_type": "gemma3_text",
+        "hidden_activation": "gelu_pytorch_tanh",
+        "query_pre_attn_scalar": 16,
+        "sliding_window": 8,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "rope_parameters": {
+            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        },
+        "tie_word_embeddings": True,
+    },
+    # Phi-3/4: q/k/v and gate/up fused in the checkpoint, RoPE over half of each head.
+    "phi3": {
+        **_SMALL,
+        "model_type": "phi3",
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 1e4,
+            "partial_rotary_factor": 0.5,
+        },
+        "pad_token_id": 0,
+    },
     # SmolLM-like: tied embeddings, 6 heads on 2 kv heads, head_dim implied by hidden / heads.
     "smollm": {
         **{k: v for k, v in _SMALL.items() if k != "head_dim"},
@@ -92,6 +132,10 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
         "rope_parameters": {"rope_theta": 100000.0},
     },
 }
+
+# The architectures whose layers have Llama's shape, which the native decode and fused
+# prefill kernels compute; Gemma's sandwich layers always take the reference forward.
+LLAMA_LAYER_ARCHITECTURES = [a for a in ARCHITECTURES if a not in ("gemma2", "gemma3")]
 
 
 def hf_model(arch: str, seed: int = 0, **overrides: Any) -> PreTrainedModel:
@@ -129,6 +173,21 @@ def model_pair(
     return hf, load_model(folder, dtype, torch.device("cpu"))
 
 
+def transformers_generate(
+    hf: PreTrainedModel, prompt_ids: list[int], max_new_tokens: int, pad_token_id: int = 0
+) -> list[int]:
+    """The new token ids of transformers' own greedy `generate` after `prompt_ids`."""
+    with torch.inference_mode():
+        out = hf.generate(
+            torch.tensor([prompt_ids]),
+            attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=pad_token_id,
+        )
+    return list(out[0, len(prompt_ids) :].tolist())
+
+
 def random_tokens(length: int, seed: int) -> list[int]:
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(0, VOCAB, (length,), generator=gen).tolist()
@@ -138,6 +197,23 @@ def reference_logits(hf: PreTrainedModel, tokens: list[int]) -> torch.Tensor:
     """(len, vocab) float32 logits of transformers on the whole sequence."""
     with torch.inference_mode():
         return hf(torch.tensor([tokens])).logits[0].float()
+
+
+def tiny_config(**overrides: Any) -> ModelConfig:
+    """A one-layer config of the smallest shapes, for tests of the numbers it derives."""
+    fields: dict[str, Any] = {
+        "model_type": "llama",
+        "vocab_size": 8,
+        "hidden_size": 8,
+        "intermediate_size": 8,
+        "num_layers": 1,
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "head_dim": 4,
+        "max_position_embeddings": 8,
+        "rope_theta": 10000.0,
+    }
+    return ModelConfig(**{**fields, **overrides})
 
 
 # --- cache and batches ----------------------------------------------------------------------
@@ -190,8 +266,10 @@ def prefill_batch(
     """(input_ids, batch) packing `chunks` into one forward; logits of every row by default.
 
     `per_sequence` fills seq_lengths as the runner does (attention sequence by sequence);
-    without it attention runs over the padded (B, Q, T) batch.
+    without it attention runs over the padded (B, Q, T) batch. A model whose sliding layers
+    sit among full ones (Gemma) also gets the window mask its sliding layers read.
     """
+    layer_window = config.sliding_window if config.has_mixed_windows else None
     g = config.kv_group_size
     qlen = max(len(c.tokens) for c in chunks)
     tlen = max(c.context_len for c in chunks)
@@ -199,6 +277,7 @@ def prefill_batch(
     read_slots = torch.zeros(len(chunks), tlen, dtype=torch.int64)
     # Padded query rows (q >= this sequence's length) stay all False; their output is dropped.
     mask = torch.zeros(len(chunks), 1, qlen * g, tlen, dtype=torch.bool)
+    window_mask = torch.zeros_like(mask)
     for b, chunk in enumerate(chunks):
         base = chunk.seq * max_len
         pos = torch.arange(chunk.start, chunk.context_len)
@@ -209,6 +288,8 @@ def prefill_batch(
         read_slots[b, : chunk.context_len] = base + torch.arange(chunk.context_len)
         allowed = _allowed(pos, tlen, window)
         mask[b, 0, : len(chunk.tokens) * g] = allowed.repeat_interleave(g, dim=0)
+        windowed = _allowed(pos, tlen, layer_window)
+        window_mask[b, 0, : len(chunk.tokens) * g] = windowed.repeat_interleave(g, dim=0)
     num_tokens = sum(len(c.tokens) for c in chunks)
     rows = range(num_tokens) if logits_index is None else logits_index
     batch = ForwardBatch(
@@ -222,25 +303,35 @@ def prefill_batch(
         seq_lengths=(
             tuple((len(c.tokens), c.context_len) for c in chunks) if per_sequence else None
         ),
+        window_mask=window_mask if layer_window is not None else None,
     )
     input_ids = torch.tensor([t for c in chunks for t in c.tokens], dtype=torch.int64)
     return input_ids, batch
 
 
 def decode_batch(
-    chunks: list[Chunk], max_len: int = MAX_LEN, window: int | None = None
+    chunks: list[Chunk],
+    max_len: int = MAX_LEN,
+    window: int | None = None,
+    config: ModelConfig | None = None,
 ) -> tuple[torch.Tensor, ForwardBatch]:
-    """One new token per sequence: query_index None and a (B, 1, 1, T) mask."""
+    """One new token per sequence: query_index None and a (B, 1, 1, T) mask (and the window
+    mask, for a `config` whose sliding layers sit among full ones)."""
+    layer_window = None
+    if config is not None and config.has_mixed_windows:
+        layer_window = config.sliding_window
     if any(len(c.tokens) != 1 for c in chunks):
         raise ValueError("decode feeds exactly one token per sequence")
     tlen = max(c.context_len for c in chunks)
     read_slots = torch.zeros(len(chunks), tlen, dtype=torch.int64)
     mask = torch.zeros(len(chunks), 1, 1, tlen, dtype=torch.bool)
+    window_mask = torch.zeros_like(mask)
     for b, chunk in enumerate(chunks):
         base = chunk.seq * max_len
         read_slots[b] = base
         read_slots[b, : chunk.context_len] = base + torch.arange(chunk.context_len)
         mask[b, 0] = _allowed(torch.tensor([chunk.start]), tlen, window)
+        window_mask[b, 0] = _allowed(torch.tensor([chunk.start]), tlen, layer_window)
     positions = torch.tensor([c.start for c in chunks], dtype=torch.int64)
     batch = ForwardBatch(
         positions=positions,
@@ -250,6 +341,7 @@ def decode_batch(
         query_index=None,
         logits_index=torch.arange(len(chunks)),
         max_query_len=1,
+        window_mask=window_mask if layer_window is not None else None,
     )
     input_ids = torch.tensor([c.tokens[0] for c in chunks], dtype=torch.int64)
     return input_ids, batch
@@ -286,6 +378,20 @@ _GGUF_BLOCK = {
     "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
+}
+# Where an architecture's llama.cpp names differ (gguf's tensor_mapping for it).
+_GGUF_GEMMA_BLOCK = {
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+}
+_GGUF_ARCH_BLOCK = {
+    "gemma2": _GGUF_GEMMA_BLOCK,
+    "gemma3": _GGUF_GEMMA_BLOCK,
+    "phi3": {
+        "self_attn.qkv_proj.weight": "attn_qkv.weight",
+        "mlp.gate_up_proj.weight": "ffn_up.weight",
+    },
 }
 _GGUF_TOP = {
     "model.embed_tokens.weight": "token_embd.weight",
@@ -334,7 +440,11 @@ def write_gguf(model: PreTrainedModel, path: Path, types: dict[str, str] | None 
     from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType
 
     config = model.config
-    arch = config.model_type
+    arch = {"gemma3_text": "gemma3"}.get(config.model_type, config.model_type)
+    gemma = arch in ("gemma2", "gemma3")
+    rope = config.rope_parameters
+    if gemma and "full_attention" in rope:
+        rope = rope["full_attention"]
     writer = GGUFWriter(str(path), arch)
     writer.add_block_count(config.num_hidden_layers)
     writer.add_context_length(config.max_position_embeddings)
@@ -342,14 +452,37 @@ def write_gguf(model: PreTrainedModel, path: Path, types: dict[str, str] | None 
     writer.add_feed_forward_length(config.intermediate_size)
     writer.add_head_count(config.num_attention_heads)
     writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_rope_dimension_count(config.head_dim)
+    rotary = int(config.head_dim * rope.get("partial_rotary_factor", 1.0))
+    writer.add_rope_dimension_count(rotary)
     writer.add_key_length(config.head_dim)
     writer.add_value_length(config.head_dim)
-    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
+    writer.add_rope_freq_base(rope["rope_theta"])
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    if config.rope_parameters.get("rope_type") == "linear":
+    if rope.get("rope_type") == "linear":
         writer.add_rope_scaling_type(RopeScalingType.LINEAR)
-        writer.add_rope_scaling_factor(config.rope_parameters["factor"])
+        writer.add_rope_scaling_factor(rope["factor"])
+    if rope.get("rope_type") == "longrope":  # as llama.cpp's Phi-3 converter writes it
+        writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        original = rope["original_max_position_embeddings"]
+        stretch = config.max_position_embeddings / original
+        writer.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(stretch) / math.log(original)))
+        for kind in ("long", "short"):
+            factors = np.asarray(rope[f"{kind}_factor"], dtype=np.float32)
+            writer.add_tensor(f"rope_factors_{kind}.weight", factors)
+    if arch in ("mistral", "phi3") and config.sliding_window:
+        writer.add_sliding_window(config.sliding_window)
+    if gemma:  # as llama.cpp's converter writes them (its query scale is head_dim's)
+        assert config.query_pre_attn_scalar == config.head_dim, "GGUF has no key for it"
+        writer.add_sliding_window(config.sliding_window)
+        writer.add_sliding_window_pattern(
+            [kind == "sliding_attention" for kind in config.layer_types]
+        )
+        if getattr(config, "attn_logit_softcapping", None):
+            writer.add_attn_logit_softcapping(config.attn_logit_softcapping)
+        if getattr(config, "final_logit_softcapping", None):
+            writer.add_final_logit_softcapping(config.final_logit_softcapping)
+        if arch == "gemma3":
+            writer.add_rope_freq_base_swa(config.rope_parameters["sliding_attention"]["rope_theta"])
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(_byte_tokens())
@@ -358,6 +491,8 @@ def write_gguf(model: PreTrainedModel, path: Path, types: dict[str, str] | None 
     writer.add_token_merges([])
     writer.add_bos_token_id(config.bos_token_id)
     writer.add_eos_token_id(config.eos_token_id)
+    if gemma:  # transformers reads a Gemma file's vocabulary as SentencePiece's, with <unk>
+        writer.add_unk_token_id(0)
     state = model.state_dict()
     if config.tie_word_embeddings:
         state.pop("lm_head.weight")
@@ -367,11 +502,14 @@ def write_gguf(model: PreTrainedModel, path: Path, types: dict[str, str] | None 
             data = llama_cpp_permute(data, config.num_attention_heads)
         elif arch == "llama" and ".k_proj." in name:
             data = llama_cpp_permute(data, config.num_key_value_heads)
+        if gemma and name.endswith("norm.weight"):
+            data = data + 1.0  # llama.cpp's converter: Gemma's RMSNorm scales by 1 + w
         if name in _GGUF_TOP:
             gguf_name = _GGUF_TOP[name]
         else:
             _, _, layer, rest = name.split(".", 3)
-            gguf_name = f"blk.{layer}.{_GGUF_BLOCK[rest]}"
+            names = {**_GGUF_BLOCK, **_GGUF_ARCH_BLOCK.get(arch, {})}
+            gguf_name = f"blk.{layer}.{names[rest]}"
         data = np.ascontiguousarray(data, dtype=np.float32)
         kind = (types or {}).get(gguf_name) or (types or {}).get(gguf_name.split(".", 2)[-1])
         if kind is None or data.ndim != 2:

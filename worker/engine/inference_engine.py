@@ -86,7 +86,7 @@ class InferenceEngine(GenerationAPI):
         self.model_dir = resolve_model_dir(model)
         config = with_context(load_config(self.model_dir), opts.max_model_len, opts.rope_scaling)
         self.config = config
-        choices = MachineChoices.resolve(opts, self.model_dir)
+        choices = MachineChoices.resolve(opts, self.model_dir, config)
         self.quantization, self.dtype = choices.quantization, choices.dtype
         self.model = load_model(
             self.model_dir,

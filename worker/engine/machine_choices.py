@@ -12,6 +12,7 @@ from worker.engine.options import EngineOptions
 from worker.kernels.build import kernel_isa
 from worker.kernels.plan import KernelPlan, kernel_plan
 from worker.machine.cpu_info import describe as describe_cpu
+from worker.model.config import ModelConfig
 from worker.model.precision import resolve_dtype, resolve_quantization
 
 
@@ -25,7 +26,9 @@ class MachineChoices:
     attention: str  # "flex" (the cache read in place) or "gather"
 
     @classmethod
-    def resolve(cls, options: EngineOptions, model_dir: Path) -> MachineChoices:
+    def resolve(
+        cls, options: EngineOptions, model_dir: Path, config: ModelConfig | None = None
+    ) -> MachineChoices:
         device = torch.device(options.device)
         quantization, exact_only = resolve_quantization(options.quantization, model_dir, device)
         plan = kernel_plan() if device.type == "cpu" else None
@@ -34,8 +37,16 @@ class MachineChoices:
             plan = dataclasses.replace(plan, float32_layout="mm")
         dtype = resolve_dtype(options.dtype, device, quantization)
         attention = options.attention
+        # The in-place plan carries one mask for every layer, and flex's score function is
+        # not given the soft cap: Gemma's layers gather their contexts.
+        plain = config is None or (not config.has_mixed_windows and config.attn_softcap is None)
         if attention == "auto":
-            attention = "flex" if device.type == "cuda" else "gather"
+            attention = "flex" if device.type == "cuda" and plain else "gather"
+        elif attention == "flex" and not plain:
+            raise ValueError(
+                "attention flex is not implemented for this model's attention (sliding "
+                "layers among full ones, or soft-capped scores); use attention gather"
+            )
         return cls(device, quantization, exact_only, dtype, plan, attention)
 
     def describe(self) -> str:

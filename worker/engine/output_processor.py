@@ -60,7 +60,10 @@ class OutputProcessor:
                     finish = FinishReason.TOOL_CALLS
         logprobs: tuple[TokenLogprob, ...] = ()
         if params.logprobs and logprob is not None:
-            logprobs = (self._logprob(token_id, logprob, top_logprobs or ()),)
+            logprobs = (self.token_logprob(token_id, logprob, top_logprobs or ()),)
+        prompt_logprobs = None
+        if params.prompt_logprobs is not None and seq.num_output_tokens == 1:
+            prompt_logprobs = tuple(seq.prompt_logprobs)
         seq.finish_reason = finish
         return TokenEvent(
             request_id=seq.request_id,
@@ -73,6 +76,7 @@ class OutputProcessor:
             usage=seq.usage() if finish is not None else None,
             tool_calls=tuple(tool_calls),
             error=error,
+            prompt_logprobs=prompt_logprobs,
         )
 
     def forbid_early_stops(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
@@ -94,8 +98,36 @@ class OutputProcessor:
             return True
         return not params.ignore_eos and token_id in self.tokenizer.eos_token_ids
 
-    def _logprob(
-        self, token_id: int, logprob: float, top: Iterable[tuple[int, float]]
+    def record_prompt_logprobs(self, seq: Sequence, start: int, logits: torch.Tensor) -> None:
+        """Logprobs of `seq`'s prompt tokens after position `start` from the logits of the
+        chunk that began there (row j predicts token start + j + 1); positions already
+        recorded (a recomputation after preemption) or past the prompt are left alone."""
+        if not seq.prompt_logprobs:  # the first token: nothing before it predicts it
+            seq.prompt_logprobs.append(self.token_logprob(seq.token_ids[0], None, ()))
+        k = seq.params.prompt_logprobs or 0
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        top = torch.topk(logprobs, k, dim=-1) if k else None
+        for j in range(logprobs.shape[0]):
+            target = start + j + 1
+            if target != len(seq.prompt_logprobs) or target >= seq.num_prompt_tokens:
+                continue
+            token_id = seq.token_ids[target]
+            alternatives = (
+                ()
+                if top is None
+                else zip(top.indices[j].tolist(), top.values[j].tolist(), strict=True)
+            )
+            value = logprobs[j, token_id]
+            rank = int((logprobs[j] > value).sum()) + 1
+            entry = self.token_logprob(token_id, float(value), alternatives, rank)
+            seq.prompt_logprobs.append(entry)
+
+    def token_logprob(
+        self,
+        token_id: int,
+        logprob: float | None,
+        top: Iterable[tuple[int, float]],
+        rank: int | None = None,
     ) -> TokenLogprob:
         decode = self.tokenizer.decode
         return TokenLogprob(
@@ -105,4 +137,5 @@ class OutputProcessor:
             top=tuple(
                 TopLogprob(tid, decode([tid], skip_special_tokens=False), lp) for tid, lp in top
             ),
+            rank=rank,
         )

@@ -24,10 +24,18 @@ class Chunk:
     start: int
     token_ids: Sequence[int]
     wants_logits: bool  # the chunk ends the sequence's known tokens: sample after it
+    all_logits: bool = False  # every token's logits (a prompt's own logprobs), in order
 
     @property
     def end(self) -> int:
         return self.start + len(self.token_ids)
+
+    @property
+    def num_logit_rows(self) -> int:
+        """Rows of the forward's logits this chunk gets: every token's, its last's, or none."""
+        if self.all_logits:
+            return len(self.token_ids)
+        return int(self.wants_logits)
 
 
 class ModelRunner:
@@ -44,12 +52,20 @@ class ModelRunner:
         # Every batch carries a plan for attention over the cache in place (flex_attention).
         self.in_place_attention = in_place_attention
         self.device = model.device
-        self.kv_group_size = model.config.kv_group_size
-        self.sliding_window = model.config.sliding_window
+        config = model.config
+        self.kv_group_size = config.kv_group_size
+        self.sliding_window = config.mask_window  # every layer's window, in the main mask
+        # Sliding layers among full ones (Gemma): their window in a second mask.
+        self.layer_window = config.sliding_window if config.has_mixed_windows else None
+        # Attention over shared prompt rows once for several sequences (CPU, gathered) holds
+        # for plain causal masks and uncapped scores only.
+        self.shares_prefixes = (
+            config.mask_window is None and self.layer_window is None and config.attn_softcap is None
+        )
 
     @torch.inference_mode()
     def forward(self, chunks: Sequence[Chunk]) -> torch.Tensor:
-        """(S, vocab) float32 logits, one row per chunk that wants them, in chunk order."""
+        """(S, vocab) float32 logits: each chunk's `num_logit_rows` rows, in chunk order."""
         return self.forward_batch(*self.build_batch(chunks))
 
     @torch.inference_mode()
@@ -66,8 +82,15 @@ class ModelRunner:
         """The batch with the in-place attention plan it needs, where the runner makes one.
 
         build_batch adds the plan from the lengths it has at hand; a batch made elsewhere (a
-        warm-up, the decode-cost probe) gets it here, its lengths read back from the device.
+        warm-up, the decode-cost probe) gets it here, its lengths read back from the device;
+        so does such a decode batch its window mask, where the model's layers need one.
         """
+        if self.layer_window is not None and batch.window_mask is None:
+            if batch.query_index is not None:
+                raise ValueError("a packed batch of a mixed-window model needs its window mask")
+            key_pos = torch.arange(batch.read_slots.shape[1], device=batch.mask.device)
+            windowed = key_pos[None, :] > batch.positions[:, None] - self.layer_window
+            batch = dataclasses.replace(batch, window_mask=batch.mask & windowed[:, None, None])
         if not self.in_place_attention or batch.in_place is not None:
             return batch
         if batch.seq_lengths is not None:
@@ -125,6 +148,7 @@ class ModelRunner:
             query_index = rows * query_len + within
             query_pos = starts[:, None] + torch.arange(query_len)[None, :]  # (B, Q)
         shared_prefixes: tuple[SharedPrefix, ...] = ()
+        window_mask: torch.Tensor | None = None
         if self.in_place_attention:
             # Not read: attention follows the in-place plan. The (B, Q*G, T) mask would be a
             # prefill's largest copy to the device (16 MB, ~3 ms to build, for 33 sequences
@@ -134,15 +158,26 @@ class ModelRunner:
             mask = key_pos[None, None, :] <= query_pos[:, :, None]  # (B, Q, T) causal
             if self.sliding_window is not None:
                 mask &= key_pos[None, None, :] > query_pos[:, :, None] - self.sliding_window
+            if self.layer_window is not None:
+                windowed = key_pos[None, None, :] > query_pos[:, :, None] - self.layer_window
+                window_mask = mask & windowed
             if query_len > 1:
                 mask = mask.repeat_interleave(self.kv_group_size, dim=1)  # rows q*G + g
+                if window_mask is not None:
+                    window_mask = window_mask.repeat_interleave(self.kv_group_size, dim=1)
         gathered_on_cpu = self.device.type == "cpu" and not self.in_place_attention
-        if query_len > 1 and gathered_on_cpu and self.sliding_window is None:
+        if query_len > 1 and gathered_on_cpu and self.shares_prefixes:
             shared_prefixes = find_shared_prefixes(
                 read_slots, [c.start for c in chunks], mask, lengths, self.kv_group_size
             )
-        wanted = [i for i, c in enumerate(chunks) if c.wants_logits]
-        logits_index = offsets[1:][wanted] - 1
+        logits_index = torch.tensor(
+            [
+                row
+                for c, end in zip(chunks, offsets[1:].tolist(), strict=True)
+                for row in range(end - c.num_logit_rows, end)
+            ],
+            dtype=torch.int64,
+        )
         input_ids = torch.tensor([t for c in chunks for t in c.token_ids])
         device = self.device
         batch = ForwardBatch(
@@ -155,6 +190,7 @@ class ModelRunner:
             max_query_len=query_len,
             seq_lengths=None if query_len == 1 else tuple(zip(lengths, ends, strict=True)),
             shared_prefixes=shared_prefixes,
+            window_mask=None if window_mask is None else window_mask[:, None].to(device),
         )
         if self.in_place_attention:
             batch = self._planned(batch, lengths, ends)
@@ -171,7 +207,10 @@ class ModelRunner:
         mask = key_pos[None, :] <= positions[:, None]  # (B, T) causal
         if self.sliding_window is not None:
             mask &= key_pos[None, :] > positions[:, None] - self.sliding_window
-        wanted = [i for i, c in enumerate(chunks) if c.wants_logits]
+        window_mask = None
+        if self.layer_window is not None:
+            window_mask = mask & (key_pos[None, :] > positions[:, None] - self.layer_window)
+        wanted = [i for i, c in enumerate(chunks) if c.num_logit_rows]
         device = self.device
         batch = ForwardBatch(
             positions=positions.to(device),
@@ -181,6 +220,7 @@ class ModelRunner:
             query_index=None,
             logits_index=torch.tensor(wanted, dtype=torch.long).to(device),
             max_query_len=1,
+            window_mask=None if window_mask is None else window_mask[:, None, None, :].to(device),
         )
         if self.in_place_attention:
             batch = self._planned(batch, [1] * len(chunks), [s + 1 for s in starts])

@@ -115,7 +115,9 @@ class InferenceScheduler(DraftedDecode, SchedulerLoop):
         """Admit in arrival order while slots and pages allow; the head waits otherwise."""
         while self.waiting and len(self.running) < self.config.max_seqs:
             seq = self.waiting[0]
-            admission = self.cache.admit(seq.seq_id, seq.token_ids)
+            admission = self.cache.admit(
+                seq.seq_id, seq.token_ids, reuse_prefix=not seq.records_prompt_logprobs
+            )
             if admission is None:
                 return
             self.waiting.popleft()
@@ -147,7 +149,13 @@ class InferenceScheduler(DraftedDecode, SchedulerLoop):
             end = min(len(seq.token_ids), start + budget)
             self.cache.plan(seq.seq_id, start, end)
             chunks.append(
-                Chunk(seq.seq_id, start, seq.token_ids[start:end], end == len(seq.token_ids))
+                Chunk(
+                    seq.seq_id,
+                    start,
+                    seq.token_ids[start:end],
+                    wants_logits=end == len(seq.token_ids),
+                    all_logits=seq.records_prompt_logprobs,
+                )
             )
             seqs.append(seq)
             budget -= end - start
@@ -165,6 +173,8 @@ class InferenceScheduler(DraftedDecode, SchedulerLoop):
         rows = [Chunk(seq.seq_id, seq.num_computed, [seq.token_ids[-1]], True) for seq in decoding]
         logits = self.runner.forward([*chunks, *rows])
         self.counters.prefill_tokens += sum(len(c.token_ids) for c in chunks)
+        if any(c.all_logits for c in chunks):
+            logits = self._take_prompt_logprobs(seqs, chunks, logits)
         for seq, chunk in zip(seqs, chunks, strict=True):
             seq.num_computed = chunk.end
             self.cache.commit(seq.seq_id, seq.token_ids, seq.num_computed)
@@ -176,6 +186,23 @@ class InferenceScheduler(DraftedDecode, SchedulerLoop):
         sampled = [s for s, c in zip(seqs, chunks, strict=True) if c.wants_logits]
         self._sample([*sampled, *decoding], logits)
         return bool(sampled)
+
+    def _take_prompt_logprobs(
+        self, seqs: list[Sequence], chunks: list[Chunk], logits: torch.Tensor
+    ) -> torch.Tensor:
+        """Record the prompt logprobs of the chunks that kept every row's logits; the rows
+        left to sample from (each chunk's last, where it wants one, then the riding rows)."""
+        keep: list[int] = []
+        row = 0
+        for seq, chunk in zip(seqs, chunks, strict=True):
+            n = chunk.num_logit_rows
+            if chunk.all_logits:
+                self.processor.record_prompt_logprobs(seq, chunk.start, logits[row : row + n])
+            if chunk.wants_logits:
+                keep.append(row + n - 1)
+            row += n
+        keep.extend(range(row, logits.shape[0]))
+        return logits.index_select(0, torch.tensor(keep, dtype=torch.int64, device=logits.device))
 
     # -- phase 4 ----------------------------------------------------------------------
     def _ready_to_decode(self) -> list[Sequence]:

@@ -40,6 +40,8 @@ class TokenEvent:
     usage: Usage | None = None  # on the last event
     error: str | None = None  # with FinishReason.ERROR
     tool_calls: tuple[ToolCallDelta, ...] = ()  # new parts of tool calls (then text is content)
+    # With the first token, when asked for: each prompt token's logprob (the first's None).
+    prompt_logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 EventSink = Callable[[TokenEvent], None]
@@ -78,6 +80,18 @@ class Sequence:
     grammar: Any = None  # an llguidance matcher when the output is constrained
     tool_parser: ToolCallParser | None = None  # when the output may hold tool calls
     speculation: DraftState | None = None  # its drafter, from its first decode step
+    # The prompt's own logprobs so far, position by position (the first's logprob None),
+    # when params.prompt_logprobs asks for them.
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
+
+    @property
+    def records_prompt_logprobs(self) -> bool:
+        """Its prompt's logprobs are asked for and not all computed yet: every prompt token
+        is computed (no prefix-cache hit) with its logits kept."""
+        return (
+            self.params.prompt_logprobs is not None
+            and len(self.prompt_logprobs) < self.num_prompt_tokens
+        )
 
     @property
     def num_output_tokens(self) -> int:

@@ -86,8 +86,11 @@ class KVCache(ABC):
         """The longest sequence this cache can ever hold alone."""
 
     @abstractmethod
-    def admit(self, seq_id: int, tokens: Sequence[int]) -> Admission | None:
-        """Reserve room for `tokens`, reusing cached prefix pages; None if it does not fit now."""
+    def admit(
+        self, seq_id: int, tokens: Sequence[int], reuse_prefix: bool = True
+    ) -> Admission | None:
+        """Reserve room for `tokens`, reusing cached prefix pages unless `reuse_prefix` is
+        False (every token then computed: its logits are wanted); None if it does not fit now."""
 
     def begin_step(self) -> None:  # noqa: B027 - optional hook
         """A new prefill plan starts; nothing is planned yet."""

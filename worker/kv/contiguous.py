@@ -28,7 +28,9 @@ class ContiguousCache(KVCache):
     def max_tokens_per_seq(self) -> int:
         return self.page_size
 
-    def admit(self, seq_id: int, tokens: Sequence[int]) -> Admission | None:
+    def admit(
+        self, seq_id: int, tokens: Sequence[int], reuse_prefix: bool = True
+    ) -> Admission | None:
         if seq_id in self._slot_of:
             raise KeyError(f"sequence {seq_id} already has a slot")
         if not self._free_slots or len(tokens) > self.page_size:

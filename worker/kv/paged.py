@@ -47,12 +47,14 @@ class PageCache(KVCache):
     def _num_pages_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.page_size)
 
-    def admit(self, seq_id: int, tokens: Sequence[int]) -> Admission | None:
+    def admit(
+        self, seq_id: int, tokens: Sequence[int], reuse_prefix: bool = True
+    ) -> Admission | None:
         if seq_id in self.table:  # before any page is taken, so a misuse leaks nothing
             raise KeyError(f"sequence {seq_id} already has a page table")
         ps = self.page_size
         # Never match the last token: its logits have to be computed to sample from.
-        matched = self.pool.match(tokens, (len(tokens) - 1) // ps)
+        matched = self.pool.match(tokens, (len(tokens) - 1) // ps) if reuse_prefix else []
         num_computed_pages = 0
         while num_computed_pages < len(matched) and not self.pool.is_pending(
             matched[num_computed_pages]
@@ -62,8 +64,12 @@ class PageCache(KVCache):
         # way (a shared system prompt ending mid-page): its rows need not be computed.
         start = len(matched) * ps
         tail = tokens[start : min(start + ps, len(tokens) - 1)]
-        partial = self.pool.partial_match(
-            matched[-1] if matched else None, tail, pending_ok=self._computed_without_waiting
+        partial = (
+            self.pool.partial_match(
+                matched[-1] if matched else None, tail, pending_ok=self._computed_without_waiting
+            )
+            if reuse_prefix
+            else None
         )
         copy_now = (
             partial is not None

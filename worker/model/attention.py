@@ -12,16 +12,26 @@ from worker.model.norm import RMSNorm
 from worker.model.paged_attention import attend_in_place
 from worker.model.rope import apply_rope
 from worker.model.shared_prefix import attend_shared
+from worker.model.soft_capped_attention import soft_capped_attention
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, layer: int = 0) -> None:
         super().__init__()
         self.num_heads = config.num_heads
         self.num_kv_heads = config.num_kv_heads
         self.head_dim = config.head_dim
         self.group = config.kv_group_size
-        self.window = config.sliding_window or 0  # 0: attend to the whole context
+        self.window = config.layer_window(layer) or 0  # 0: attend to the whole context
+        # This layer's window differs from the one in a forward's main mask: it reads the
+        # batch's window_mask (Gemma's sliding layers among full ones).
+        self.reads_window_mask = config.has_mixed_windows and bool(self.window)
+        # Every attention path scales q·k by D^-0.5; a model with another scale (Gemma's
+        # query_pre_attn_scalar) has its queries multiplied by the ratio first.
+        default = config.head_dim**-0.5
+        query_scale = config.query_scale or default
+        self.query_factor = None if query_scale == default else query_scale / default
+        self.softcap = config.attn_softcap
         qkv_out = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim
         # q, k and v projections fused into one matmul; the loader concatenates the weights.
         self.qkv_proj = nn.Linear(config.hidden_size, qkv_out, bias=config.qkv_bias)
@@ -53,24 +63,37 @@ class Attention(nn.Module):
         """(N, H * D): RoPE, the step's k/v written into the cache, attention; no o_proj."""
         n = qkv.shape[0]
         h, kvh = self.num_heads, self.num_kv_heads
-        qkv = self.with_normed_qk(qkv).view(n, h + 2 * kvh, self.head_dim)
+        qkv = self.prepared_qkv(qkv).view(n, h + 2 * kvh, self.head_dim)
         qk = apply_rope(qkv[:, : h + kvh], cos, sin)  # (N, H + KVH, D), RoPE before the write
         q, k, v = qk[:, :h], qk[:, h:], qkv[:, h + kvh :]
         k_cache, v_cache = kv
         k_cache.index_copy_(0, batch.write_slots, k.to(k_cache.dtype))
         v_cache.index_copy_(0, batch.write_slots, v.to(v_cache.dtype))
+        if self.softcap is not None:
+            return soft_capped_attention(q, k_cache, v_cache, batch, self._mask(batch), self)
         return self._attend(q, k_cache, v_cache, batch)
 
-    def with_normed_qk(self, qkv: torch.Tensor) -> torch.Tensor:
+    def prepared_qkv(self, qkv: torch.Tensor) -> torch.Tensor:
         """qkv (N, (H + 2 KVH) * D) with each q and k head normalised, where the model has
-        q/k norms (Qwen3); as it is otherwise."""
-        if self.q_norm is None or self.k_norm is None:
+        q/k norms (Qwen3, Gemma 3), and q scaled by query_factor where it has one (RoPE is
+        linear, so before or after it is the same); as it is otherwise."""
+        if self.q_norm is None and self.query_factor is None:
             return qkv
         h, kvh, d = self.num_heads, self.num_kv_heads, self.head_dim
         heads = qkv.view(qkv.shape[0], h + 2 * kvh, d)
-        q = self.q_norm(heads[:, :h]).to(qkv.dtype)
-        k = self.k_norm(heads[:, h : h + kvh]).to(qkv.dtype)
+        q, k = heads[:, :h], heads[:, h : h + kvh]
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q).to(qkv.dtype), self.k_norm(k).to(qkv.dtype)
+        if self.query_factor is not None:
+            q = q * self.query_factor
         return torch.cat([q, k, heads[:, h + kvh :]], dim=1).view(qkv.shape)
+
+    def _mask(self, batch: ForwardBatch) -> torch.Tensor:
+        """The mask this layer reads: the sliding one where it slides among full layers."""
+        if self.reads_window_mask:
+            assert batch.window_mask is not None, "a mixed-window model's batch has both masks"
+            return batch.window_mask
+        return batch.mask
 
     def _attend(
         self,
@@ -81,6 +104,7 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         if batch.in_place is not None:
             return attend_in_place(q, k_cache, v_cache, batch.in_place)
+        mask = self._mask(batch)
         # Prefill attention runs in float32 on the CPU, where bf16 arithmetic is slower
         # (1.65x for a 512-token prompt); one-row decode runs in the cache's dtype, as
         # converting every cached row would cost more than it saves, except a float16 cache
@@ -90,7 +114,7 @@ class Attention(nn.Module):
         if on_cpu and (batch.max_query_len > 1 or dtype == torch.float16):
             dtype = torch.float32
         if batch.seq_lengths is not None:
-            return self._attend_each(q.to(dtype), k_cache, v_cache, batch).to(q.dtype)
+            return self._attend_each(q.to(dtype), k_cache, v_cache, batch, mask).to(q.dtype)
         b = batch.num_seqs
         qlen = batch.max_query_len
         d, kvh, g = self.head_dim, self.num_kv_heads, self.group
@@ -106,14 +130,19 @@ class Attention(nn.Module):
             padded.index_copy_(0, batch.query_index, q.to(dtype))
             # Query heads of one kv group sit together: (B, KVH, Q*G, D), row = q*G + g.
             grouped = padded.view(b, qlen, kvh, g, d).transpose(1, 2).reshape(b, kvh, qlen * g, d)
-        out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=batch.mask)
+        out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask)
         if batch.query_index is None:
             return out.reshape(b, self.num_heads * d)
         out = out.view(b, kvh, qlen, g, d).transpose(1, 2).reshape(b * qlen, self.num_heads * d)
         return out.index_select(0, batch.query_index).to(q.dtype)
 
     def _attend_each(
-        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        batch: ForwardBatch,
+        mask: torch.Tensor,
     ) -> torch.Tensor:
         """Attention sequence by sequence: no query or key padding to compute through.
 
@@ -141,7 +170,8 @@ class Attention(nn.Module):
         ]
         if len(single) > 1:
             rows = torch.tensor([offsets[i] for i in single], device=q.device)
-            out.index_copy_(0, rows, self._attend_rows(q, k_cache, v_cache, batch, single, rows))
+            attended = self._attend_rows(q, k_cache, v_cache, batch, mask, single, rows)
+            out.index_copy_(0, rows, attended)
             grouped.update(single)
         for i, (qlen, klen) in enumerate(batch.seq_lengths):
             if i in grouped:
@@ -153,10 +183,10 @@ class Attention(nn.Module):
             # (KVH, Q*G, D), row q*G + g: the layout of the batch's mask rows.
             queries = q[start : start + qlen].view(qlen, kvh, g, d).transpose(0, 1)
             queries = queries.reshape(kvh, qlen * g, d)
-            mask = batch.mask[i : i + 1, :, : qlen * g, :klen]
+            rows_mask = mask[i : i + 1, :, : qlen * g, :klen]
             # 4-d inputs: with 3-d ones the CPU falls back from the flash kernel to a slow
             # reference path (bmm, where, softmax: 3x the time, measured).
-            att = F.scaled_dot_product_attention(queries[None], keys[None], values[None], mask)
+            att = F.scaled_dot_product_attention(queries[None], keys[None], values[None], rows_mask)
             att = att[0].view(kvh, qlen, g, d).transpose(0, 1).reshape(qlen, kvh * g * d)
             out[start : start + qlen] = att
         return out
@@ -167,6 +197,7 @@ class Attention(nn.Module):
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         batch: ForwardBatch,
+        mask: torch.Tensor,
         seqs: list[int],
         rows: torch.Tensor,  # the packed row of each one's query
     ) -> torch.Tensor:
@@ -180,6 +211,6 @@ class Attention(nn.Module):
         keys = k_cache.index_select(0, slots).view(shape).to(q.dtype).transpose(1, 2)
         values = v_cache.index_select(0, slots).view(shape).to(q.dtype).transpose(1, 2)
         queries = q.index_select(0, rows).view(len(seqs), kvh, g, d)  # (S, KVH, G, D)
-        mask = batch.mask.index_select(0, index)[:, :, :g, :longest]  # query 0's rows
-        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask)
+        rows_mask = mask.index_select(0, index)[:, :, :g, :longest]  # query 0's rows
+        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=rows_mask)
         return out.reshape(len(seqs), self.num_heads * d)

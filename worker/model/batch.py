@@ -45,6 +45,9 @@ class ForwardBatch:
     # Set when attention reads the cache in place (worker.model.paged_attention; the CUDA
     # default): the plan every layer's attention follows instead of gathering read_slots.
     in_place: InPlaceAttention | None = None
+    # For a model whose sliding layers sit among full ones (Gemma): `mask` with the sliding
+    # window applied too, read by the sliding layers; None for every other model.
+    window_mask: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -1,12 +1,19 @@
-"""Model configuration for the Llama family (and Qwen3), parsed from a config.json dict."""
+"""Model configuration of the decoders we serve (Llama family, Qwen3, Gemma 2/3, Phi-3), from
+a config.json dict."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3")
+GEMMA_TYPES = ("gemma2", "gemma3_text")
+ACTIVATIONS = ("silu", "gelu_tanh")
+LAYER_TYPES = ("sliding_attention", "full_attention")
+# transformers' names of the activations we compute, by what config.json says.
+_ACTIVATION_NAMES = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 
 
 @dataclass(frozen=True)
@@ -23,6 +30,10 @@ class RopeScaling:
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     attention_factor: float | None = None
+    # LongRoPE (Phi-3/4): each frequency divided by its factor, the short ones for a served
+    # context within original_max_position_embeddings, the long ones beyond (as llama.cpp).
+    short_factor: tuple[float, ...] = ()
+    long_factor: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.rope_type not in SUPPORTED_ROPE_TYPES:
@@ -31,6 +42,10 @@ class RopeScaling:
             )
         if self.factor <= 0:
             raise ValueError(f"rope factor must be > 0, got {self.factor}")
+        if self.rope_type == "longrope" and (
+            not self.short_factor or len(self.short_factor) != len(self.long_factor)
+        ):
+            raise ValueError("longrope needs short_factor and long_factor of one length")
 
 
 @dataclass(frozen=True)
@@ -57,11 +72,38 @@ class ModelConfig:
     sliding_window: int | None = None
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    hidden_act: str = "silu"  # the MLP's gate: silu (SwiGLU) or gelu_tanh (GeGLU, Gemma)
+    # Per layer, sliding_attention or full_attention (Gemma); () = every layer as
+    # sliding_window says (Mistral: all slide; Llama: none does).
+    layer_types: tuple[str, ...] = ()
+    local_rope_theta: float | None = None  # sliding layers' RoPE base (Gemma 3); None = same
+    query_scale: float | None = None  # q·k scale (Gemma: query_pre_attn_scalar^-0.5); None = D^-0.5
+    attn_softcap: float | None = None  # Gemma 2: scores → cap * tanh(scores / cap)
+    final_softcap: float | None = None  # Gemma 2: logits → cap * tanh(logits / cap)
+    embed_scale: float = 1.0  # Gemma: embeddings times sqrt(hidden_size)
+    sandwich_norms: bool = False  # Gemma: attention and MLP outputs normalised too
+    rotary_dim: int | None = None  # Phi-3/4: RoPE over the first rotary_dim dims of each head
 
     def __post_init__(self) -> None:
         if self.model_type not in SUPPORTED_MODEL_TYPES:
             raise ValueError(
                 f"model_type must be one of {SUPPORTED_MODEL_TYPES}, got {self.model_type!r}"
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"hidden_act must be one of {ACTIVATIONS}, got {self.hidden_act!r}")
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise ValueError(
+                f"layer_types has {len(self.layer_types)} entries for {self.num_layers} layers"
+            )
+        unknown = set(self.layer_types) - set(LAYER_TYPES)
+        if unknown:
+            raise ValueError(f"layer_types must be among {LAYER_TYPES}, got {sorted(unknown)}")
+        if self.rotary_dim is not None and not (
+            0 < self.rotary_dim <= self.head_dim and self.rotary_dim % 2 == 0
+        ):
+            raise ValueError(
+                f"rotary_dim must be even and within head_dim {self.head_dim}, "
+                f"got {self.rotary_dim}"
             )
         for name in (
             "vocab_size",
@@ -88,22 +130,80 @@ class ModelConfig:
     def kv_group_size(self) -> int:
         return self.num_heads // self.num_kv_heads
 
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window layer `layer` attends within (None: the whole context)."""
+        if self.layer_types and self.layer_types[layer] == "full_attention":
+            return None
+        return self.sliding_window
+
+    @property
+    def norm_offset(self) -> float:
+        """What a checkpoint's RMSNorm weights lack: Gemma stores w and scales by 1 + w."""
+        return 1.0 if self.model_type in GEMMA_TYPES else 0.0
+
+    @property
+    def mask_window(self) -> int | None:
+        """The window every layer shares, applied to a forward's mask (None: none shared)."""
+        return None if self.layer_types else self.sliding_window
+
+    @property
+    def has_mixed_windows(self) -> bool:
+        """Some layers slide and others see the whole context: a forward needs both masks."""
+        windows = {self.layer_window(i) for i in range(self.num_layers)}
+        return len(windows) > 1
+
+    @property
+    def llama_layers(self) -> bool:
+        """Layers of Llama's shape (SwiGLU, two norms, plain attention and logits): what the
+        native decode and fused prefill kernels compute."""
+        return (
+            self.hidden_act == "silu"
+            and not self.sandwich_norms
+            and self.attn_softcap is None
+            and self.final_softcap is None
+            and self.embed_scale == 1.0
+            and self.query_scale is None
+        )
+
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
         """Read a transformers config dict (v4 `rope_scaling` or v5 `rope_parameters`)."""
         model_type = hf.get("model_type", "llama")
-        activation = hf.get("hidden_act", "silu")
-        if activation != "silu":
-            raise ValueError(f"hidden_act must be 'silu', got {activation!r}")
+        if model_type == "gemma3":  # the multimodal wrapper: its text model is what we serve
+            model_type, hf = "gemma3_text", {**hf.get("text_config", {}), **_shared_ids(hf)}
+        gemma = model_type in GEMMA_TYPES
+        activation = hf.get("hidden_activation" if gemma else "hidden_act") or hf.get(
+            "hidden_act", "silu"
+        )
+        if activation not in _ACTIVATION_NAMES:
+            raise ValueError(
+                f"hidden_act must be one of {sorted(_ACTIVATION_NAMES)}, got {activation!r}"
+            )
         num_heads = hf["num_attention_heads"]
         head_dim = hf.get("head_dim") or hf["hidden_size"] // num_heads
+        rope_parameters = hf.get("rope_parameters") or {}
+        local_theta = None
+        if "full_attention" in rope_parameters:  # Gemma 3: one RoPE per layer type
+            local = rope_parameters.get("sliding_attention") or {}
+            local_theta = float(local.get("rope_theta", hf.get("rope_local_base_freq", 1e4)))
+            hf = {**hf, "rope_parameters": rope_parameters["full_attention"]}
+        elif model_type == "gemma3_text":
+            local_theta = float(hf.get("rope_local_base_freq", 1e4))
         rope = _rope_fields(hf)
+        rotary = rope.pop("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))
+        rotary_dim = int(head_dim * rotary) if rotary != 1.0 else None
         eos = hf.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
         sliding = hf.get("sliding_window")
         if model_type in ("qwen2", "qwen3") and not hf.get("use_sliding_window", False):
             sliding = None
         attention_bias = bool(hf.get("attention_bias", False))
+        layer_types = tuple(hf.get("layer_types") or ())
+        if gemma and not layer_types and sliding is not None:
+            layer_types = _sliding_pattern(
+                hf["num_hidden_layers"], 2 if model_type == "gemma2" else 6
+            )
+        query_scalar = hf.get("query_pre_attn_scalar") if gemma else None
         return cls(
             model_type=model_type,
             vocab_size=hf["vocab_size"],
@@ -122,11 +222,33 @@ class ModelConfig:
             qkv_bias=model_type == "qwen2" or attention_bias,
             o_bias=model_type != "qwen2" and attention_bias,
             mlp_bias=bool(hf.get("mlp_bias", False)),
-            qk_norm=model_type == "qwen3",
+            qk_norm=model_type in ("qwen3", "gemma3_text"),
             sliding_window=sliding,
             bos_token_id=hf.get("bos_token_id"),
             eos_token_ids=eos_ids,
+            hidden_act=_ACTIVATION_NAMES[activation],
+            layer_types=layer_types if sliding is not None else (),
+            local_rope_theta=local_theta,
+            query_scale=None if query_scalar is None else float(query_scalar) ** -0.5,
+            attn_softcap=hf.get("attn_logit_softcapping") if gemma else None,
+            final_softcap=hf.get("final_logit_softcapping") if gemma else None,
+            embed_scale=float(hf["hidden_size"]) ** 0.5 if gemma else 1.0,
+            sandwich_norms=gemma,
+            rotary_dim=rotary_dim,
         )
+
+
+def _sliding_pattern(num_layers: int, period: int) -> tuple[str, ...]:
+    """Gemma's layer types: every `period`-th layer attends to the whole context."""
+    return tuple(
+        "full_attention" if (i + 1) % period == 0 else "sliding_attention"
+        for i in range(num_layers)
+    )
+
+
+def _shared_ids(hf: dict[str, Any]) -> dict[str, Any]:
+    """Token ids a multimodal wrapper config keeps at its top level."""
+    return {k: hf[k] for k in ("bos_token_id", "eos_token_id") if k in hf}
 
 
 def _rope_fields(hf: dict[str, Any]) -> dict[str, Any]:
@@ -135,6 +257,8 @@ def _rope_fields(hf: dict[str, Any]) -> dict[str, Any]:
     scaling = dict(hf.get("rope_scaling") or {})
     merged = {**scaling, **params}
     rope_type = merged.get("rope_type") or merged.get("type") or "default"
+    if rope_type == "su":  # LongRoPE's first name, in Phi-3's early configs
+        rope_type = "longrope"
     fields: dict[str, Any] = {
         "rope_theta": float(merged.get("rope_theta", hf.get("rope_theta", 10000.0))),
         "rope_type": rope_type,
@@ -147,11 +271,26 @@ def _rope_fields(hf: dict[str, Any]) -> dict[str, Any]:
         "beta_fast",
         "beta_slow",
         "attention_factor",
+        "partial_rotary_factor",
     ):
         if merged.get(name) is not None:
             fields[name] = merged[name]
-    if rope_type == "yarn" and "original_max_position_embeddings" not in fields:
-        fields["original_max_position_embeddings"] = hf.get("max_position_embeddings", 2048)
+    if rope_type in ("yarn", "longrope") and "original_max_position_embeddings" not in fields:
+        fields["original_max_position_embeddings"] = hf.get(
+            "original_max_position_embeddings", hf.get("max_position_embeddings", 2048)
+        )
+    if rope_type == "longrope":
+        fields["short_factor"] = tuple(float(f) for f in merged.get("short_factor") or ())
+        fields["long_factor"] = tuple(float(f) for f in merged.get("long_factor") or ())
+        fields.pop("factor", None)
+        if fields.get("attention_factor") is None:
+            # As transformers: from the trained context over the original one, fixed here so
+            # that serving a shorter context keeps the model's own value.
+            original = fields["original_max_position_embeddings"]
+            stretch = hf.get("max_position_embeddings", original) / original
+            fields["attention_factor"] = (
+                math.sqrt(1 + math.log(stretch) / math.log(original)) if stretch > 1 else 1.0
+            )
     return fields
 
 
@@ -171,6 +310,9 @@ def with_context(
                 f"--rope-scaling {rope_scaling} needs --max-model-len above the model's "
                 f"trained context ({trained} tokens) to know how far to stretch"
             )
+        if max_model_len is not None and config.rope_scaling.rope_type == "longrope":
+            # LongRoPE's factors follow the context served: the short ones within the original.
+            return replace(config, max_position_embeddings=max_model_len)
         return config
     if rope_scaling is None:
         raise ValueError(

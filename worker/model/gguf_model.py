@@ -26,7 +26,7 @@ from worker.model.ggml_linear import GgmlEmbedding, GgmlLinear, QuantTensor
 from worker.model.gguf_tensors import GgufFileError, read_gguf_tensors
 from worker.model.linear import PackedLinear
 from worker.model.llama import LlamaModel
-from worker.model.rope import rope_tables
+from worker.model.rope import qkv_row_order
 
 # Our own kernels for these GGUF types; ggml's for the other quantized ones.
 NATIVE_TYPES = {"Q4_1": "q4_1", "Q8_0": "q8_0"}
@@ -65,11 +65,22 @@ def load_gguf_model(
     plan = plan or KernelPlan()
     weights = read_gguf_tensors(gguf_path)
     tensors = weights.tensors
+    qkv_order = qkv_row_order(config)  # Phi-3's partial rotary: q/k dims reordered
+    for name, value in tensors.items():
+        if qkv_order is not None and ".self_attn.qkv_proj." in name:
+            tensors[name] = (
+                value.take_rows(qkv_order)
+                if isinstance(value, QuantTensor)
+                else value.index_select(0, qkv_order)
+            )
     paths = WeightPaths()
     with torch.device("meta"):
         model = LlamaModel(config)
     for i, block in enumerate(model.blocks):
         for target, sources in FUSED.items():
+            fused_name = f"model.layers.{i}.{target}"
+            if f"{fused_name}.weight" in tensors:  # fused in the file already (Phi-3)
+                sources = (target,)
             names = [f"model.layers.{i}.{source}" for source in sources]
             owner_path, attr = target.rsplit(".", 1)
             layer = _linear(gguf_path, tensors, names, plan, paths)
@@ -95,8 +106,8 @@ def load_gguf_model(
             model.embed_tokens.weight.copy_(embed)
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
-                param.copy_(_float(gguf_path, tensors, f"model.{name}"))
-    model.rope_cos, model.rope_sin = (t.to(device) for t in rope_tables(config))
+                param.copy_(_float(gguf_path, tensors, f"model.{name}") + config.norm_offset)
+    model.build_rope_tables(device)
     model.install_head(head_layer, takes_float32=True)
     model.weight_paths = paths.describe()
     weights.release_unused(_byte_tensors(model))

@@ -15,7 +15,15 @@ import torch
 
 from worker.model.ggml_linear import QuantTensor
 from worker.model.gguf_header import GgufFormatError, GgufHeader, TensorInfo, read_header
-from worker.model.gguf_reader import config_from_metadata, hf_name, qk_heads, unpermute_rows
+from worker.model.gguf_reader import (
+    ROPE_FACTOR_TENSORS,
+    add_longrope,
+    config_from_metadata,
+    gemma_norm_shift,
+    hf_name,
+    qk_heads,
+    unpermute_rows,
+)
 
 
 class GgufFileError(ValueError):
@@ -38,9 +46,21 @@ def read_gguf_config(path: Path) -> dict[str, Any]:
     embed = names.get("token_embd.weight")
     if embed is None or len(embed.dims) != 2:
         raise GgufFileError(f"{path}: no 2-D token_embd.weight tensor")
-    unknown = [t.name for t in header.tensors if _unknown_name(t.name)]
+    arch = str(header.metadata["general.architecture"])
+    unknown = [
+        t.name
+        for t in header.tensors
+        if _unknown_name(t.name, arch) and t.name not in ROPE_FACTOR_TENSORS
+    ]
     if unknown:
         raise GgufFileError(f"{path}: tensors this architecture does not have: {unknown[:4]}")
+    factors = {
+        ROPE_FACTOR_TENSORS[t.name]: _floats(path, t)
+        for t in header.tensors
+        if t.name in ROPE_FACTOR_TENSORS
+    }
+    if factors:
+        add_longrope(config, header.metadata, factors)
     config["vocab_size"] = int(embed.dims[1])
     config["tie_word_embeddings"] = "output.weight" not in names
     return config
@@ -88,6 +108,8 @@ def read_gguf_tensors(path: Path) -> GgufWeights:
 
     header = read_gguf_header(path)
     config = _config(path, header)
+    arch = str(header.metadata["general.architecture"])
+    norm_shift = gemma_norm_shift(arch)
     with path.open("rb") as handle:
         mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     data = np.frombuffer(mapping, dtype=np.uint8)
@@ -96,8 +118,10 @@ def read_gguf_tensors(path: Path) -> GgufWeights:
     for info, (rows, cols, row_bytes) in zip(
         header.tensors, _row_layouts(path, header), strict=True
     ):
+        if info.name in ROPE_FACTOR_TENSORS:  # the config's, read by read_gguf_config
+            continue
         try:
-            name = hf_name(info.name)
+            name = hf_name(info.name, arch)
         except ValueError as exc:
             raise GgufFileError(f"{path}: {exc}") from exc
         kind = GGMLQuantizationType(info.type)
@@ -109,6 +133,8 @@ def read_gguf_tensors(path: Path) -> GgufWeights:
             value = raw.view(torch.float32).reshape(tuple(reversed(info.dims)))
             if heads:
                 value = value.index_select(0, unpermute_rows(value.shape[0], heads))
+            if norm_shift and name.endswith("norm.weight"):
+                value = value - norm_shift  # Hugging Face's value; the loaders add it back
         else:
             if len(info.dims) != 2:
                 raise GgufFileError(f"{path}: tensor {info.name} of type {kind.name} is not 2-D")
@@ -117,6 +143,16 @@ def read_gguf_tensors(path: Path) -> GgufWeights:
                 value = value.take_rows(unpermute_rows(rows, heads))
         tensors[name] = value
     return GgufWeights(tensors, mapping, spans)
+
+
+def _floats(path: Path, info: TensorInfo) -> list[float]:
+    """An F32 vector's values (LongRoPE's factors), read from the file."""
+    from gguf import GGMLQuantizationType
+
+    if info.type != GGMLQuantizationType.F32 or len(info.dims) != 1:
+        raise GgufFileError(f"{path}: tensor {info.name} must be a 1-D F32 vector")
+    values = np.fromfile(path, dtype=np.float32, count=int(info.dims[0]), offset=info.offset)
+    return [float(v) for v in values]
 
 
 def _config(path: Path, header: GgufHeader) -> dict[str, Any]:
@@ -159,9 +195,9 @@ def _view(data: np.ndarray[Any, Any], info: TensorInfo, size: int) -> torch.Tens
         return torch.from_numpy(data[info.offset : info.offset + size])
 
 
-def _unknown_name(gguf_name: str) -> bool:
+def _unknown_name(gguf_name: str, arch: str) -> bool:
     try:
-        hf_name(gguf_name)
+        hf_name(gguf_name, arch)
     except ValueError:
         return True
     return False

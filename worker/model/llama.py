@@ -1,4 +1,5 @@
-"""Llama-family decoder (Llama, Mistral, Qwen2, Qwen3, SmolLM): MLP, blocks, packed logits."""
+"""The decoder (Llama, Mistral, Qwen2/3, SmolLM, Phi-3; Gemma 2/3 with sandwich blocks): MLP,
+blocks, packed logits."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from torch import nn
 from worker.kernels.build import native_kernels_available
 from worker.kernels.plan import KernelPlan
 from worker.model import native_decode
-from worker.model.attention import Attention
 from worker.model.batch import ForwardBatch, LayerKV
+from worker.model.block import Block
 from worker.model.block_linear import BlockLinear
 from worker.model.config import ModelConfig
 from worker.model.linear import PackedLinear
@@ -21,43 +22,7 @@ from worker.model.native_prefill import prefill_block
 from worker.model.norm import RMSNorm
 from worker.model.packing import LINEAR_PATHS, block_linear, check_quantization, pack_linear
 from worker.model.rope import rope_tables
-
-
-class MLP(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.intermediate = config.intermediate_size
-        # gate and up projections fused into one matmul.
-        self.gate_up_proj = nn.Linear(
-            config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias
-        )
-        self.down_proj = nn.Linear(
-            config.intermediate_size, config.hidden_size, bias=config.mlp_bias
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
-
-
-class Block(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = Attention(config)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = MLP(config)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        batch: ForwardBatch,
-        kv: LayerKV,
-    ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, batch, kv)
-        return x + self.mlp(self.post_attention_layernorm(x))
+from worker.model.sandwich_block import SandwichBlock
 
 
 class LlamaModel(nn.Module):
@@ -65,13 +30,16 @@ class LlamaModel(nn.Module):
 
     rope_cos: torch.Tensor  # buffers, (positions, head_dim)
     rope_sin: torch.Tensor
+    local_rope_cos: torch.Tensor  # the sliding layers' own, where config.local_rope_theta
+    local_rope_sin: torch.Tensor
     weight_paths: str = ""  # which kernel each weight type took, when loaded from a GGUF
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        block = SandwichBlock if config.sandwich_norms else Block
+        self.layers = nn.ModuleList(block(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_weights()
@@ -82,10 +50,20 @@ class LlamaModel(nn.Module):
         self.native_decode = False
         self.stacked_blocks: tuple[list[torch.Tensor | None], ...] | None = None
         self.fused_blocks = False  # every layer Q4_1 blocks: prompt chunks with norms fused in
-        cos, sin = rope_tables(config)
-        # Kept in float32 and cast per forward, as the reference does.
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        # Kept in float32 and cast per forward, as the reference does; a second pair for the
+        # sliding layers where their RoPE base differs (Gemma 3).
+        self.build_rope_tables()
+
+    def build_rope_tables(self, device: torch.device | None = None) -> None:
+        """The RoPE tables (on `device`, else where tensors are made now): computed, never
+        loaded, and always float32."""
+        for local in (False, True):
+            if local and self.config.local_rope_theta is None:
+                continue
+            cos, sin = (t.to(device) for t in rope_tables(self.config, local=local))
+            prefix = "local_rope" if local else "rope"
+            self.register_buffer(f"{prefix}_cos", cos, persistent=False)
+            self.register_buffer(f"{prefix}_sin", sin, persistent=False)
 
     def tie_weights(self) -> None:
         """Share the embedding as the output projection when the config says so."""
@@ -117,17 +95,34 @@ class LlamaModel(nn.Module):
             return native_decode.forward(self, input_ids, batch, kv_layers)
         # The residual stream stays float32 whatever the weights' dtype: 30 layers of bf16
         # rounding in it cost several points of top-1 agreement with the float32 model.
-        x = self.embed_tokens(input_ids).float()  # (N, hidden)
-        cos = self.rope_cos[batch.positions].to(self.dtype).unsqueeze(1)  # (N, 1, D)
-        sin = self.rope_sin[batch.positions].to(self.dtype).unsqueeze(1)
+        x = self.embed(input_ids)  # (N, hidden)
+        rope = self._rope_rows(self.rope_cos, self.rope_sin, batch.positions)
+        local = rope
+        if self.config.local_rope_theta is not None:
+            local = self._rope_rows(self.local_rope_cos, self.local_rope_sin, batch.positions)
         fused = self.fused_blocks
         for layer, kv in zip(self.blocks, kv_layers, strict=True):
+            cos, sin = local if layer.self_attn.window else rope
             x = (
                 prefill_block(layer, x, cos, sin, batch, kv)
                 if fused
                 else layer(x, cos, sin, batch, kv)
             )
         return self._logits(x.index_select(0, batch.logits_index))
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(N, hidden) float32 embeddings, scaled where the model scales them (Gemma)."""
+        x = self.embed_tokens(input_ids).float()
+        return x * self.config.embed_scale if self.config.embed_scale != 1.0 else x
+
+    def _rope_rows(
+        self, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each token's (N, 1, D) cos and sin, in the activations' dtype."""
+        return (
+            cos[positions].to(self.dtype).unsqueeze(1),
+            sin[positions].to(self.dtype).unsqueeze(1),
+        )
 
     def pack_for_inference(
         self,
@@ -186,12 +181,20 @@ class LlamaModel(nn.Module):
         self._head = head
         self._head_takes_float32 = takes_float32
         self.native_decode = (
-            self.device.type == "cpu" and self.dtype == torch.float32 and native_kernels_available()
+            self.device.type == "cpu"
+            and self.dtype == torch.float32
+            and self.config.llama_layers
+            and native_kernels_available()
         )
         self.stacked_blocks = native_decode.stack_blocks(self) if self.native_decode else None
         self.fused_blocks = self.native_decode and native_decode.all_q4_1_blocks(self)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:  # (S, hidden) float32
+        logits = self._head_logits(x)
+        cap = self.config.final_softcap
+        return logits if cap is None else torch.tanh(logits / cap) * cap
+
+    def _head_logits(self, x: torch.Tensor) -> torch.Tensor:
         if self._head is None:
             return self.lm_head(self.norm(x)).float()
         if isinstance(self._head, BlockLinear):

@@ -14,7 +14,7 @@ from worker.model.gguf_model import load_gguf_model
 from worker.model.gguf_tensors import dequantized_state
 from worker.model.llama import LlamaModel
 from worker.model.model_dir import gguf_source
-from worker.model.rope import rope_tables
+from worker.model.rope import qkv_row_order
 
 FLOAT32_COPY_MAX_BYTES = 4 << 30
 
@@ -62,8 +62,7 @@ def load_model(
         model = LlamaModel(config).to(dtype=dtype)
     model = model.to_empty(device=device)
     model.tie_weights()  # to_empty gives every parameter its own storage
-    # The rope tables are computed, not stored, and stay float32: rebuild them on the device.
-    model.rope_cos, model.rope_sin = (t.to(device) for t in rope_tables(config))
+    model.build_rope_tables(device)
     state = _read_safetensors(model_dir)
     ours = _fill(model, config, state)
     if pack:
@@ -122,16 +121,28 @@ def _to_our_names(config: ModelConfig, hf: dict[str, torch.Tensor]) -> dict[str,
         module = name.removeprefix("model.").split(".", 2)[2].rsplit(".", 1)[0]
         if module not in parts:
             ours[name.removeprefix("model.")] = tensor
+    qkv_order = qkv_row_order(config)
     for i in range(config.num_layers):
         prefix = f"model.layers.{i}."
         for target, sources in fused.items():
             for kind in ("weight", "bias"):
+                name = f"layers.{i}.{target}.{kind}"
+                if f"model.{name}" in hf:  # fused in the checkpoint already (Phi-3)
+                    continue
                 names = [f"{prefix}{source}.{kind}" for source in sources]
                 if kind == "bias" and names[0] not in hf:
                     continue
-                ours[f"layers.{i}.{target}.{kind}"] = torch.cat([take(n) for n in names])
+                ours[name] = torch.cat([take(n) for n in names])
+        for kind in ("weight", "bias"):
+            name = f"layers.{i}.self_attn.qkv_proj.{kind}"
+            if qkv_order is not None and name in ours:
+                ours[name] = ours[name].index_select(0, qkv_order)
     if config.tie_word_embeddings:
         ours["lm_head.weight"] = take("model.embed_tokens.weight")
+    if config.norm_offset:
+        for name, tensor in ours.items():
+            if name.endswith("norm.weight"):
+                ours[name] = tensor + config.norm_offset
     return ours
 
 

@@ -20,7 +20,8 @@ from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.block_linear import BlockLinear
 
 if TYPE_CHECKING:
-    from worker.model.llama import Block, LlamaModel
+    from worker.model.block import Block
+    from worker.model.llama import LlamaModel
     from worker.model.norm import RMSNorm
 
 
@@ -113,7 +114,7 @@ def _block(
 
     def attend(qkv: torch.Tensor) -> torch.Tensor:
         return torch.ops.astrai.decode_attention(
-            attn.with_normed_qk(qkv),
+            attn.prepared_qkv(qkv),
             batch.positions,
             *rope,
             k_cache,

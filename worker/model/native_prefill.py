@@ -19,7 +19,7 @@ from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.native_decode import fused_layer
 
 if TYPE_CHECKING:
-    from worker.model.llama import Block
+    from worker.model.block import Block
 
 
 def prefill_block(

@@ -19,6 +19,7 @@ def to_wire(event: TokenEvent) -> list[Message]:
                 list(event.token_ids),
                 list(event.logprobs) or None,
                 list(event.tool_calls) or None,
+                None if event.prompt_logprobs is None else list(event.prompt_logprobs),
             )
         )
     if event.finish_reason is not None:

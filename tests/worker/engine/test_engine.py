@@ -13,6 +13,7 @@ import torch
 
 from bench.accuracy import sequence_logits as full_sequence_logits
 from common.sampling_params import SamplingParams
+from tests.worker.model_factory import transformers_generate
 from worker.engine.inference_engine import InferenceEngine
 from worker.engine.sequence import TokenEvent
 from worker.machine.cpu_info import has_int8_dot_product
@@ -91,15 +92,7 @@ def transformers_greedy(engine: InferenceEngine, prompt: str, max_tokens: int) -
     assert source is not None
     reference = transformers_from_gguf(source)
     prompt_ids = engine.requests.prompt_token_ids(prompt)
-    with torch.inference_mode():
-        out = reference.generate(
-            torch.tensor([prompt_ids]),
-            attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
-            max_new_tokens=max_tokens,
-            do_sample=False,
-            pad_token_id=2,
-        )
-    return list(out[0, len(prompt_ids) :].tolist())
+    return transformers_generate(reference, prompt_ids, max_tokens, pad_token_id=2)
 
 
 def test_greedy_output_equals_transformers_generate(engine: InferenceEngine):

@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.worker.model_factory import tiny_config
 from worker.model.config import ModelConfig, RopeScaling, with_context
 
 
 def config(**overrides: object) -> ModelConfig:
-    fields: dict[str, object] = {
-        "model_type": "llama",
-        "vocab_size": 8,
-        "hidden_size": 8,
-        "intermediate_size": 8,
-        "num_layers": 1,
-        "num_heads": 2,
-        "num_kv_heads": 1,
-        "head_dim": 4,
-        "max_position_embeddings": 8192,
-    }
-    return ModelConfig(**{**fields, **overrides})  # type: ignore[arg-type]
+    return tiny_config(max_position_embeddings=8192, **overrides)
 
 
 @pytest.mark.parametrize("rope_type", ["linear", "yarn"])

@@ -33,6 +33,7 @@ Q4_K_M = {
     "ffn_gate.weight": "Q4_K",
     "ffn_up.weight": "Q4_K",
     "ffn_down.weight": "Q6_K",
+    "attn_qkv.weight": "Q4_K",  # Phi-3's fused q/k/v
 }
 LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
@@ -48,9 +49,11 @@ def top1_agreement(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @needs_ggml
-@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"])
 def test_a_q4_k_m_file_runs_each_tensor_in_its_own_type(tmp_path, monkeypatch, arch):
     shape = {**K_SHAPES, "tie_word_embeddings": False}
+    if arch.startswith("gemma"):  # llama.cpp's query scale: head_dim's
+        shape["query_pre_attn_scalar"] = K_SHAPES["head_dim"]
     folder = gguf_folder(tmp_path, monkeypatch, arch, Q4_K_M, **shape)
     assert resolve_quantization("auto", folder, CPU) == ("gguf", False)
 
@@ -58,11 +61,14 @@ def test_a_q4_k_m_file_runs_each_tensor_in_its_own_type(tmp_path, monkeypatch, a
     reference = load_model(folder, torch.float32, CPU)  # the file dequantized to float32
 
     qkv = model.layers[0].self_attn.qkv_proj
-    assert isinstance(qkv, GgmlLinear) and qkv.type_names == ["Q4_K", "Q4_K", "Q6_K"]
+    # Phi-3's file holds q, k and v as one tensor, of one type.
+    expected = ["Q4_K"] if arch == "phi3" else ["Q4_K", "Q4_K", "Q6_K"]
+    assert isinstance(qkv, GgmlLinear) and qkv.type_names == expected
     assert isinstance(model.layers[1].mlp.down_proj, GgmlLinear)
     assert isinstance(model.embed_tokens, GgmlEmbedding)
     assert isinstance(model._head, GgmlLinear) and model._head.type_names == ["Q6_K"]
-    assert re.search(r"Q4_K x10 → ggml (interleaved|vec_dot) \(", model.weight_paths)
+    q4_k = 6 if arch == "phi3" else 10  # two layers' Q4_K tensors: Phi-3 fuses three of five
+    assert re.search(rf"Q4_K x{q4_k} → ggml (interleaved|vec_dot) \(", model.weight_paths)
     assert "Q6_K" in model.weight_paths
     ids = random_tokens(48, seed=3)
     ours, theirs = sequence_logits(model, ids), sequence_logits(reference, ids)

@@ -8,7 +8,8 @@ import torch
 from gguf import GGUFWriter
 
 from tests.worker.model_factory import hf_model, llama_cpp_permute, write_gguf
-from worker.model.gguf_reader import _unpermute_qk, read_gguf
+from worker.model.config import ModelConfig
+from worker.model.gguf_reader import _unpermute_qk, hf_name, read_gguf
 from worker.model.model_dir import default_model_path
 
 
@@ -49,13 +50,7 @@ def test_read_gguf_round_trips_a_llama_cpp_style_file(arch, overrides, tmp_path)
 
     config, state = read_gguf(path)
 
-    expected = hf.state_dict()
-    if hf.config.tie_word_embeddings:
-        del expected["lm_head.weight"]
-    assert sorted(state) == sorted(expected)
-    for name, tensor in expected.items():
-        assert state[name].dtype == torch.float32
-        assert torch.equal(state[name], tensor), name
+    assert_state_read_back(state, hf, atol=0.0)
     hf_config = hf.config
     assert config["model_type"] == hf_config.model_type
     for key in (
@@ -79,6 +74,17 @@ def test_read_gguf_round_trips_a_llama_cpp_style_file(arch, overrides, tmp_path)
         assert config["rope_scaling"] == {"rope_type": "linear", "factor": 4.0}
     else:
         assert "rope_scaling" not in config
+
+
+def assert_state_read_back(state: dict[str, torch.Tensor], hf, atol: float) -> None:
+    """The GGUF's tensors under Hugging Face names hold the model's float32 values."""
+    expected = hf.state_dict()
+    if hf.config.tie_word_embeddings:
+        del expected["lm_head.weight"]
+    assert sorted(state) == sorted(expected)
+    for name, tensor in expected.items():
+        assert state[name].dtype == torch.float32
+        torch.testing.assert_close(state[name], tensor, rtol=0, atol=atol, msg=name)
 
 
 def test_read_gguf_rejects_an_unsupported_architecture(tmp_path):
@@ -153,3 +159,44 @@ def test_default_model_config_matches_transformers(default_gguf):
         assert config[key] == value, key
     assert config["rms_norm_eps"] == theirs.rms_norm_eps
     assert theirs.rope_parameters["rope_type"] == "default"
+
+
+# GGUF architecture → the model_factory architecture whose tensors it names.
+GGUF_ARCHITECTURES = {
+    "llama": "llama",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "gemma2": "gemma2",
+    "gemma3": "gemma3",
+    "phi3": "phi3",
+}
+
+
+@pytest.mark.parametrize("gguf_arch", list(GGUF_ARCHITECTURES))
+def test_tensor_names_agree_with_the_gguf_packages_own_map(gguf_arch):
+    """Our reading of GGUF names is the inverse of gguf's tensor_mapping (llama.cpp's)."""
+    from gguf import MODEL_ARCH, get_tensor_name_map
+
+    hf = hf_model(GGUF_ARCHITECTURES[gguf_arch])
+    names = get_tensor_name_map(MODEL_ARCH[gguf_arch.upper()], hf.config.num_hidden_layers)
+    for name in hf.state_dict():
+        base, _, suffix = name.rpartition(".")
+        gguf_name = names.get_name(base)
+        if gguf_name is None:  # lm_head of a tied model: not written
+            continue
+        assert hf_name(f"{gguf_name}.{suffix}", gguf_arch) == name
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3", "phi3"])
+def test_gemma_and_phi3_files_read_back_as_their_folders(arch, tmp_path):
+    # GGUF keeps no query scale: llama.cpp's is head_dim's, as this model's.
+    overrides = {"query_pre_attn_scalar": 16} if arch.startswith("gemma") else {}
+    hf = hf_model(arch, **overrides)
+    path = write_gguf(hf, tmp_path / f"{arch}.gguf")
+
+    config, state = read_gguf(path)
+
+    # Gemma's norms cross the file as 1 + w: float32 rounding of the round trip only.
+    assert_state_read_back(state, hf, atol=2.5e-7)
+    ours = ModelConfig.from_hf({**config, "rms_norm_eps": hf.config.rms_norm_eps})
+    assert ours == ModelConfig.from_hf(hf.config.to_dict())

@@ -12,10 +12,12 @@ from transformers import PreTrainedModel
 
 from tests.worker.model_factory import ARCHITECTURES, hf_model, save_hf, write_gguf
 from worker.model import model_dir, precision
+from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
 from worker.model.loader import load_model
 from worker.model.model_dir import resolve_model_dir
 from worker.model.precision import resolve_dtype
+from worker.model.rope import qkv_row_order
 
 CPU = torch.device("cpu")
 
@@ -32,23 +34,37 @@ def expected_state(hf: PreTrainedModel) -> dict[str, torch.Tensor]:
         "norm.weight": t("norm.weight"),
         "lm_head.weight": theirs["lm_head.weight"],
     }
+    config = ModelConfig.from_hf(hf.config.to_dict())
     for i in range(hf.config.num_hidden_layers):
         p = f"layers.{i}."
-        for norm in ("input_layernorm", "post_attention_layernorm"):
-            state[f"{p}{norm}.weight"] = t(f"{p}{norm}.weight")
-        for norm in ("self_attn.q_norm", "self_attn.k_norm"):  # Qwen3's per-head norms
+        norms = ["input_layernorm", "post_attention_layernorm", "self_attn.q_norm"]
+        # Qwen3's and Gemma 3's per-head norms; Gemma's norms around the MLP.
+        norms += ["self_attn.k_norm", "pre_feedforward_layernorm", "post_feedforward_layernorm"]
+        for norm in norms:
             if f"model.{p}{norm}.weight" in theirs:
                 state[f"{p}{norm}.weight"] = t(f"{p}{norm}.weight")
         for kind in ("weight", "bias"):
             if f"model.{p}self_attn.q_proj.{kind}" in theirs:
                 qkv = [t(f"{p}self_attn.{x}_proj.{kind}") for x in "qkv"]
                 state[f"{p}self_attn.qkv_proj.{kind}"] = torch.cat(qkv)
+            for fused in ("self_attn.qkv_proj", "mlp.gate_up_proj"):  # Phi-3's, as they are
+                if f"model.{p}{fused}.{kind}" in theirs:
+                    state[f"{p}{fused}.{kind}"] = t(f"{p}{fused}.{kind}")
+            qkv_name = f"{p}self_attn.qkv_proj.{kind}"
+            order = qkv_row_order(config)  # Phi-3's partial rotary: q/k dims reordered
+            if order is not None and qkv_name in state:
+                state[qkv_name] = state[qkv_name][order]
             if f"model.{p}self_attn.o_proj.{kind}" in theirs:
                 state[f"{p}self_attn.o_proj.{kind}"] = t(f"{p}self_attn.o_proj.{kind}")
             if f"model.{p}mlp.gate_proj.{kind}" in theirs:
                 gate_up = [t(f"{p}mlp.{x}_proj.{kind}") for x in ("gate", "up")]
                 state[f"{p}mlp.gate_up_proj.{kind}"] = torch.cat(gate_up)
+            if f"model.{p}mlp.down_proj.{kind}" in theirs:
                 state[f"{p}mlp.down_proj.{kind}"] = t(f"{p}mlp.down_proj.{kind}")
+    # Gemma's checkpoints hold RMSNorm weights as w; the model scales by 1 + w.
+    for name in state:
+        if name.endswith("norm.weight"):
+            state[name] = state[name] + config.norm_offset
     return state
 
 

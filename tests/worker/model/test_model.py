@@ -6,6 +6,8 @@ failure here is either the model or the batch layout contract in worker/model/ba
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -23,8 +25,12 @@ from tests.worker.model_factory import (
     reference_logits,
     run,
     save_hf,
+    write_gguf,
 )
+from worker.model.config import ModelConfig, with_context
 from worker.model.loader import load_model
+from worker.model.model_dir import resolve_model_dir
+from worker.model.rope import partial_rotary_order
 
 ARCHS = list(ARCHITECTURES)
 TOL = 1e-4
@@ -40,6 +46,14 @@ def test_prefill_one_sequence_matches_transformers(arch, tmp_path):
 
     assert logits.dtype == torch.float32
     assert max_diff(logits, reference_logits(hf, tokens)) < TOL
+
+
+def key_dims(config: ModelConfig) -> torch.Tensor:
+    """Where each cached key dim of ours comes from in transformers' keys: the same order,
+    except under a partial rotary dimension (Phi-3), whose q/k dims the loader reorders."""
+    if config.rotary_dim is None:
+        return torch.arange(config.head_dim)
+    return partial_rotary_order(config.head_dim, config.rotary_dim)
 
 
 @pytest.mark.slow  # seconds per architecture; one prefill per architecture stays fast
@@ -62,11 +76,13 @@ def test_packed_prefill_of_three_sequences_matches_transformers(arch, per_sequen
         # its rows are untouched.
         with torch.inference_mode():
             hf_cache = hf(torch.tensor([tokens]), use_cache=True).cache
-        own = slice(s * MAX_LEN, s * MAX_LEN + len(tokens))
+        end = s * MAX_LEN + len(tokens)
         for layer in range(ours.config.num_layers):
             expected_k = hf_cache.layers[layer].keys[0].transpose(0, 1)  # (T, KVH, D)
             expected_v = hf_cache.layers[layer].values[0].transpose(0, 1)
-            assert max_diff(cache.k[layer, own], expected_k) < TOL
+            # transformers keeps a sliding layer's last rows only; we keep every row.
+            own = slice(end - expected_k.shape[0], end)
+            assert max_diff(cache.k[layer, own], expected_k[..., key_dims(ours.config)]) < TOL
             assert max_diff(cache.v[layer, own], expected_v) < TOL
         rest = slice(s * MAX_LEN + len(tokens), (s + 1) * MAX_LEN)
         assert not cache.k[:, rest].any()
@@ -132,7 +148,7 @@ def test_greedy_decode_steps_match_transformers_on_the_sequence_so_far(arch, tmp
             assert max_diff(logits[s], reference_logits(hf, tokens)[-1]) < TOL
             tokens.append(int(logits[s].argmax()))
         steps = [Chunk(s, tokens[-1:], start=len(tokens) - 1) for s, tokens in enumerate(seqs)]
-        input_ids, batch = decode_batch(steps)
+        input_ids, batch = decode_batch(steps, config=ours.config)
         assert batch.query_index is None
         assert batch.mask.shape == (3, 1, 1, max(len(t) for t in seqs))
         logits = run(ours, cache, input_ids, batch)
@@ -182,3 +198,49 @@ def test_bfloat16_agrees_with_float32_on_top1(tmp_path):
     assert torch.isfinite(logits16).all()
     agreement = (logits16.argmax(-1) == logits32.argmax(-1)).float().mean().item()
     assert agreement >= 0.9
+
+
+PHI3_LONGROPE = {
+    "rope_type": "longrope",
+    "rope_theta": 1e4,
+    "partial_rotary_factor": 0.5,
+    "short_factor": [1.0, 1.5, 2.5, 4.0],
+    "long_factor": [3.0, 5.0, 9.0, 17.0],
+    "original_max_position_embeddings": 16,
+}
+
+
+def test_phi3_longrope_takes_its_long_factors_past_the_original_context_and_from_gguf(
+    tmp_path, monkeypatch
+):
+    hf = hf_model(
+        "phi3",
+        rope_parameters=PHI3_LONGROPE,
+        max_position_embeddings=128,
+        original_max_position_embeddings=16,  # Phi3Config's own key wins over rope_parameters'
+    )
+    folder = save_hf(hf, tmp_path / "folder")
+    long_tokens, short_tokens = random_tokens(24, seed=8), random_tokens(12, seed=9)
+    # Served at the trained 128: the long factors (transformers: a sequence past 16).
+    ours = load_model(folder, torch.float32, torch.device("cpu"))
+    logits = run(
+        ours, new_cache(ours.config, 1), *prefill_batch(ours.config, [Chunk(0, long_tokens)])
+    )
+    assert max_diff(logits, reference_logits(hf, long_tokens)) < TOL
+    # Served at the original 16: the short ones.
+    short = with_context(ours.config, 16, None)
+    ours_short = load_model(folder, torch.float32, torch.device("cpu"), config=short)
+    batch = prefill_batch(short, [Chunk(0, short_tokens)])
+    logits = run(ours_short, new_cache(short, 1), *batch)
+    assert max_diff(logits, reference_logits(hf, short_tokens)) < TOL
+    # A GGUF carries the factors as tensors and the rest as keys, as llama.cpp's converter.
+    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path / "cache"))
+    gguf_dir = resolve_model_dir(write_gguf(hf, tmp_path / "phi3.gguf"))
+    from_gguf = load_model(gguf_dir, torch.float32, torch.device("cpu"), quantization="gguf")
+    theirs, mine = from_gguf.config.rope_scaling, ours.config.rope_scaling
+    assert replace(theirs, attention_factor=None) == replace(mine, attention_factor=None)
+    assert theirs.attention_factor == pytest.approx(mine.attention_factor)  # a float32 key
+    logits = run(
+        from_gguf, new_cache(ours.config, 1), *prefill_batch(ours.config, [Chunk(0, long_tokens)])
+    )
+    assert max_diff(logits, reference_logits(hf, long_tokens)) < TOL

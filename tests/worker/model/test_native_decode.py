@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.worker.model_factory import (
-    ARCHITECTURES,
+    LLAMA_LAYER_ARCHITECTURES,
     Chunk,
     decode_batch,
     hf_model,
@@ -31,7 +31,7 @@ pytestmark = needs_native_kernels
 # call; "q4_1 per layer": the same blocks, one call per op from Python.
 @pytest.mark.slow  # 18 cases, ~11 s on 2 cores
 @pytest.mark.parametrize("quantization", [None, "q4_1", "q4_1 per layer"])
-@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+@pytest.mark.parametrize("arch", LLAMA_LAYER_ARCHITECTURES)
 def test_decode_steps_equal_the_reference_forward(arch: str, quantization: str | None, tmp_path):
     folder = save_hf(hf_model(arch), tmp_path)
     blocks = quantization is not None
@@ -60,6 +60,17 @@ def test_decode_steps_equal_the_reference_forward(arch: str, quantization: str |
         model.native_decode = True
         assert max_diff(native, reference) < 1e-4
         assert max_diff(cache.k, reference_cache.k) < 1e-5  # the same k/v were written
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
+@pytest.mark.parametrize("quantization", [None, "q4_1"])
+def test_gemma_layers_take_the_reference_forward(arch: str, quantization: str | None, tmp_path):
+    folder = save_hf(hf_model(arch), tmp_path)
+    model = load_model(folder, torch.float32, torch.device("cpu"), quantization=quantization)
+
+    assert not model.native_decode
+    assert not model.fused_blocks
+    assert model.stacked_blocks is None
 
 
 def test_prefill_and_half_precision_caches_take_the_reference_path(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.worker.model_factory import (
-    ARCHITECTURES,
+    LLAMA_LAYER_ARCHITECTURES,
     Chunk,
     hf_model,
     max_diff,
@@ -26,7 +26,7 @@ pytestmark = needs_native_kernels
 
 
 @pytest.mark.slow  # 6 architectures, a few seconds
-@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+@pytest.mark.parametrize("arch", LLAMA_LAYER_ARCHITECTURES)
 def test_prefill_through_fused_blocks_equals_the_reference_layers(
     arch: str, tmp_path, monkeypatch: pytest.MonkeyPatch
 ):

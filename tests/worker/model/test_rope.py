@@ -10,7 +10,8 @@ from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from worker.model.config import ModelConfig, RopeScaling
+from tests.worker.model_factory import tiny_config
+from worker.model.config import ModelConfig, RopeScaling, with_context
 from worker.model.rope import apply_rope, attention_factor, inverse_frequencies, rope_tables
 
 ROPE_PARAMETERS = {
@@ -85,22 +86,6 @@ def test_linear_frequencies_are_default_divided_by_factor():
     linear = inverse_frequencies(16, 10000.0, RopeScaling(rope_type="linear", factor=4.0))
 
     assert torch.equal(linear, base / 4.0)
-
-
-def tiny_config(**overrides) -> ModelConfig:
-    fields = {
-        "model_type": "llama",
-        "vocab_size": 8,
-        "hidden_size": 8,
-        "intermediate_size": 8,
-        "num_layers": 1,
-        "num_heads": 2,
-        "num_kv_heads": 1,
-        "head_dim": 4,
-        "max_position_embeddings": 8,
-        "rope_theta": 10000.0,
-    }
-    return ModelConfig(**{**fields, **overrides})
 
 
 def test_rope_tables_duplicate_halves_and_start_at_identity():
@@ -192,3 +177,37 @@ def test_yarn_tables_carry_the_attention_factor():
     scale = 0.1 * math.log(2.0) + 1.0
     torch.testing.assert_close(cos[0], torch.full((4,), scale), rtol=1e-6, atol=0)
     torch.testing.assert_close(cos.square() + sin.square(), torch.full((16, 4), scale**2))
+
+
+LONGROPE = {
+    "rope_type": "longrope",
+    "rope_theta": 10000.0,
+    "short_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0],
+    "long_factor": [2.0, 3.0, 5.0, 7.0, 11.0, 13.0, 17.0, 19.0],
+    "original_max_position_embeddings": 4096,
+}
+
+
+@pytest.mark.parametrize("served", [4096, 131072])
+def test_longrope_factors_follow_the_served_context_as_llama_cpp(served):
+    from transformers import Phi3Config
+
+    hf = Phi3Config(
+        hidden_size=64,
+        num_attention_heads=4,
+        max_position_embeddings=131072,
+        rope_parameters=LONGROPE,
+    )
+    ours = with_context(ModelConfig.from_hf(hf.to_dict()), served, None)
+    # transformers picks the long factors once a sequence passes the original context.
+    long = served > 4096
+    expected, factor = ROPE_INIT_FUNCTIONS["longrope"](hf, None, seq_len=served if long else None)
+
+    inv_freq = inverse_frequencies(
+        16, ours.rope_theta, ours.rope_scaling, ours.max_position_embeddings
+    )
+
+    torch.testing.assert_close(inv_freq, expected, rtol=1e-6, atol=0)
+    # The softmax temperature fix is the trained context's, whatever context is served.
+    assert attention_factor(ours.rope_scaling) == pytest.approx(factor)
+    assert factor == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))

@@ -1,0 +1,123 @@
+"""The real Codex CLI (`make agents` installs it under $AGENTS_DIR) run against a test server.
+
+Tests skip, naming what is missing, when the binary is not there, unless ASTRAI_REQUIRE_AGENTS
+is set (CI sets it after `make agents`): then a missing binary fails them. Each run gets its
+own CODEX_HOME with a config.toml whose one model provider is the server's /v1 (the
+Responses API), and a proxy that goes nowhere for anything but loopback, so it never
+reaches the network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DEFAULT_AGENTS_DIR = Path.home() / ".cache" / "astrai" / "agents"
+CONFIG = """\
+model = "{model}"
+model_provider = "astrai"
+model_context_window = {context}
+check_for_update_on_startup = false
+
+[model_providers.astrai]
+name = "AstrAI Serve"
+base_url = "{base_url}/v1"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+stream_idle_timeout_ms = 600000
+
+[analytics]
+enabled = false
+"""
+# Codex's own warning for a model not in its catalog: an item, not an API error.
+UNKNOWN_MODEL_WARNING = "Model metadata for"
+
+
+def require_codex() -> Path:
+    """The codex binary, or skip (fail under ASTRAI_REQUIRE_AGENTS) naming what lacks."""
+    agents_dir = Path(os.environ.get("AGENTS_DIR") or DEFAULT_AGENTS_DIR)
+    binary = agents_dir / "node_modules" / ".bin" / "codex"
+    if binary.is_file() and os.access(binary, os.X_OK):
+        return binary
+    reason = f"no Codex CLI at {binary}: `make agents` installs it from the npm registry"
+    if os.environ.get("ASTRAI_REQUIRE_AGENTS"):
+        pytest.fail(f"ASTRAI_REQUIRE_AGENTS is set but there is {reason}")
+    pytest.skip(reason)
+
+
+@dataclass
+class CodexRun:
+    """One `codex exec --json` session's events (its JSON lines) and exit status."""
+
+    returncode: int
+    events: list[dict[str, Any]]
+    stderr: str
+
+    def errors(self) -> list[str]:
+        """Every error the session reported, Codex's unknown-model warning aside."""
+        found = []
+        for event in self.events:
+            item = event.get("item") or {}
+            if item.get("type") == "error" and not item["message"].startswith(
+                UNKNOWN_MODEL_WARNING
+            ):
+                found.append(item["message"])
+            elif event["type"] in ("turn.failed", "error"):
+                found.append(json.dumps(event))
+        return found
+
+    def kinds(self) -> list[str]:
+        return [event["type"] for event in self.events]
+
+
+class Codex:
+    """`codex exec` sessions in `workdir`, configured for the server at `base_url`."""
+
+    def __init__(self, binary: Path, home: Path, workdir: Path, base_url: str, model: str):
+        self.binary, self.home, self.workdir = binary, home, workdir
+        home.mkdir(parents=True, exist_ok=True)
+        workdir.mkdir(parents=True, exist_ok=True)
+        config = CONFIG.format(model=model, context=32768, base_url=base_url)
+        (home / "config.toml").write_text(config)
+
+    def run(self, *args: str, timeout_s: float) -> CodexRun:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.home),
+            "CODEX_HOME": str(self.home),
+            "OPENAI_API_KEY": "unused",
+            # Anything but loopback goes to a port where nothing listens.
+            "HTTPS_PROXY": "http://127.0.0.1:9",
+            "HTTP_PROXY": "http://127.0.0.1:9",
+            "NO_PROXY": "127.0.0.1,localhost",
+        }
+        argv = [str(self.binary), "exec", "--json", "--skip-git-repo-check", *args]
+        # Its own process group: the npm launcher, the native binary and any command it
+        # runs all go when the session ends or runs out of time.
+        process = subprocess.Popen(
+            argv,
+            cwd=self.workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+        return CodexRun(process.returncode, events, stderr)

@@ -1,0 +1,148 @@
+"""/v1/responses through the real gateway app and a scripted worker: Codex's own requests,
+streamed and not, the ignored-tools header, the store's routes, and nothing left open."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from common.schemas import Accepted, Finished, Message, Submit, Tokens
+from common.token_output import FinishReason, ToolCallDelta
+from tests.gateway.in_process import in_process
+
+CODEX = json.loads((Path(__file__).parent / "fixtures" / "codex_requests.json").read_text())
+CALL = [ToolCallDelta(0, "abc", "exec_command", ""), ToolCallDelta(0, None, None, '{"cmd":"ls"}')]
+
+
+def calls_a_tool(submit: Submit) -> list[Message]:
+    """Accepted, a word, then one call to exec_command: 3 tokens, 3 of 7 prompt cached."""
+    rid = submit.request_id
+    return [
+        Accepted(rid, prompt_tokens=7),
+        Tokens(rid, 0, "Sure.", [11]),
+        Tokens(rid, 0, "", [12, 13], tool_calls=CALL),
+        Finished(
+            rid, 0, FinishReason.TOOL_CALLS, prompt_tokens=7, completion_tokens=3, cached_tokens=3
+        ),
+    ]
+
+
+def named_events(text: str) -> list[dict[str, Any]]:
+    """A Responses stream's events; each `event:` line names its payload's type."""
+    payloads = []
+    for block in text.strip().split("\n\n"):
+        head, data = block.split("\n")
+        payload = json.loads(data.removeprefix("data: "))
+        assert head == f"event: {payload['type']}"
+        payloads.append(payload)
+    return payloads
+
+
+def codex(name: str, **extra: Any) -> dict[str, Any]:
+    return {**CODEX[name], "tools": CODEX["tools"], "model": "scripted", **extra}
+
+
+async def test_codexs_first_turn_streams_and_folds_to_the_same_response():
+    async with in_process(calls_a_tool) as run:
+        streamed = await run.client.post("/v1/responses", json=codex("first_turn"))
+        assert streamed.status_code == 200
+        assert streamed.headers["content-type"].startswith("text/event-stream")
+        assert streamed.headers["x-astrai-ignored-tools"] == "namespace, web_search"
+        payloads = named_events(streamed.text)
+        assert payloads[-1]["type"] == "response.completed"
+        plain = await run.client.post("/v1/responses", json=codex("first_turn", stream=False))
+        assert plain.headers["x-astrai-ignored-tools"] == "namespace, web_search"
+        body = plain.json()
+        final = payloads[-1]["response"]
+        for key in ("id", "created_at"):  # two requests: their own ids and times
+            body.pop(key), final.pop(key)
+        strip = lambda items: [{k: v for k, v in i.items() if k != "id"} for i in items]  # noqa: E731
+        body["output"], final["output"] = strip(body["output"]), strip(final["output"])
+        assert body == final
+        assert [item["type"] for item in body["output"]] == ["message", "function_call"]
+        submit = run.worker.submits[0]
+        assert [m["role"] for m in submit.messages] == ["system", "system", "user", "user"]
+        assert [t["name"] for t in submit.params["tools"]][:2] == ["exec_command", "write_stdin"]
+        assert submit.params["tool_choice"] == "auto"
+        assert run.counted("responses", 200) == 2
+        await run.assert_all_released()
+
+
+async def test_a_stored_response_is_read_continued_and_deleted():
+    async with in_process(calls_a_tool) as run:
+        first = await run.client.post("/v1/responses", json={"input": "List files.", "store": True})
+        response_id = first.json()["id"]
+        read = await run.client.get(f"/v1/responses/{response_id}")
+        assert (read.status_code, read.json()) == (200, first.json())
+        follow = {
+            "previous_response_id": response_id,
+            "input": [{"type": "function_call_output", "call_id": "call_abc", "output": "a.txt"}],
+        }
+        assert (await run.client.post("/v1/responses", json=follow)).status_code == 200
+        assert run.worker.submits[-1].messages == [
+            {"role": "user", "content": "List files."},
+            {
+                "role": "assistant",
+                "content": "Sure.",
+                "tool_calls": [
+                    {"id": "call_abc", "name": "exec_command", "arguments": '{"cmd":"ls"}'}
+                ],
+            },
+            {"role": "tool", "content": "a.txt", "tool_call_id": "call_abc"},
+        ]
+        deleted = await run.client.delete(f"/v1/responses/{response_id}")
+        assert deleted.json() == {"id": response_id, "object": "response", "deleted": True}
+        gone = await run.client.get(f"/v1/responses/{response_id}")
+        assert gone.status_code == 404
+        assert gone.json()["error"]["message"] == f"Response with id {response_id!r} not found."
+        assert (await run.client.delete(f"/v1/responses/{response_id}")).status_code == 404
+        again = await run.client.post("/v1/responses", json=follow)
+        assert again.status_code == 400
+        assert again.json()["error"]["code"] == "previous_response_not_found"
+        await run.assert_all_released()
+
+
+async def test_store_false_is_not_kept():
+    async with in_process(calls_a_tool) as run:
+        answer = await run.client.post("/v1/responses", json={"input": "hi", "store": False})
+        assert answer.json()["store"] is False
+        assert (await run.client.get(f"/v1/responses/{answer.json()['id']}")).status_code == 404
+
+
+async def test_a_bad_body_is_a_400_in_openais_shape():
+    async with in_process(calls_a_tool) as run:
+        answer = await run.client.post("/v1/responses", json={"input": [{"role": "user"}]})
+        assert answer.status_code == 400
+        assert answer.json() == {
+            "error": {
+                "message": "input.0.content is required in a message item",
+                "type": "invalid_request_error",
+                "param": "input.0.content",
+                "code": None,
+            }
+        }
+        assert run.worker.submits == []
+
+
+async def test_default_max_tokens_is_the_budget_of_requests_without_one():
+    async with in_process(calls_a_tool, default_max_tokens=32) as run:
+        bodies = [
+            ("/v1/responses", {"input": "hi"}),
+            ("/v1/responses", {"input": "hi", "max_output_tokens": 5}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+            (
+                "/v1/chat/completions",
+                {"messages": [{"role": "user", "content": "hi"}], "min_tokens": 40},
+            ),
+        ]
+        for path, body in bodies:
+            assert (await run.client.post(path, json=body)).status_code == 200
+        budgets = [submit.params.get("max_tokens") for submit in run.worker.submits]
+        assert budgets == [32, 5, 32, 40]
+
+
+async def test_without_default_max_tokens_no_budget_is_sent():
+    async with in_process(calls_a_tool) as run:
+        assert (await run.client.post("/v1/responses", json={"input": "hi"})).status_code == 200
+        assert "max_tokens" not in run.worker.submits[0].params
