@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, BeforeValidator, Field, PlainValidator, model_validator
 
-from common.chat import TextContent
+from common.chat import PART_SEPARATOR, TextContent
 from common.sampling_params import MAX_STOP_CHARS, MAX_STOPS
 from common.validation import (
     MAX_COUNT,
@@ -43,6 +43,38 @@ BLOCKS = {
 }
 
 
+class ResultContent(NamedTuple):
+    """A tool_result's content: its text parts joined, and the deferred tools its
+    `tool_reference` parts load (what a client's tool search found)."""
+
+    text: str
+    tool_references: tuple[tuple[int, str], ...] = ()  # (part index, tool name)
+
+
+def _result_content(value: Any) -> ResultContent:
+    """A string, or an array of text and `{"type": "tool_reference", "tool_name"}` parts."""
+    if isinstance(value, str):
+        return ResultContent(check_text(value))
+    if not isinstance(value, list):
+        reason = f"must be a string or an array of content blocks, got {json_type(value)}"
+        raise invalid(reason)
+    texts: list[str] = []
+    references: list[tuple[int, str]] = []
+    for i, part in enumerate(value):
+        if not isinstance(part, dict):
+            raise invalid(f"must be an object, got {json_type(part)}", str(i))
+        kind = part.get("type")
+        if kind == "text":
+            texts.append(check_text(part.get("text"), at=f"{i}.text"))
+        elif kind == "tool_reference":
+            name = check_text(part.get("tool_name"), non_empty=True, at=f"{i}.tool_name")
+            references.append((i, name))
+        else:
+            reason = f'must be "text" or "tool_reference", got {show(kind)}'
+            raise invalid(reason, f"{i}.type")
+    return ResultContent(PART_SEPARATOR.join(texts), tuple(references))
+
+
 class Block(BaseModel):
     """One content block; which fields it needs depends on its type (checked below), and
     other keys (`cache_control`, `citations`) are ignored."""
@@ -53,7 +85,7 @@ class Block(BaseModel):
     name: Text | None = None  # tool_use
     input: JsonObject | None = None  # tool_use
     tool_use_id: Text | None = None  # tool_result
-    content: TextContent | None = None  # tool_result: a string or text blocks
+    content: Annotated[ResultContent, PlainValidator(_result_content)] | None = None  # tool_result
     is_error: Bool | None = None  # tool_result
     thinking: Text | None = None  # thinking
     signature: Text | None = None  # thinking: opaque, not checked here

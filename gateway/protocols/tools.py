@@ -39,10 +39,12 @@ def openai_tools(body: chat_body.ChatBody) -> dict[str, Any]:
 def anthropic_tools(body: anthropic_body.MessagesBody) -> dict[str, Any]:
     """`tools` and `tool_choice` ({type: auto|any|tool|none, name, disable_parallel_tool_use}).
 
-    A tool with `defer_loading` is not loaded into the model's context (Anthropic's tool
-    search loads it later): it is neither shown to the model nor callable. `input_examples`
-    are shown after the description, one JSON object a line.
+    A tool with `defer_loading` is not loaded into the model's context until a
+    `tool_reference` in a tool_result (what a client's tool search returns) loads it: until
+    then it is neither shown to the model nor callable. `input_examples` are shown after the
+    description, one JSON object a line.
     """
+    loaded = _loaded_tools(body)
     tools = [
         _tool(
             at=f"tools.{i}",
@@ -53,7 +55,7 @@ def anthropic_tools(body: anthropic_body.MessagesBody) -> dict[str, Any]:
             description=_with_examples(tool.description, tool.input_examples),
         )
         for i, tool in enumerate(body.tools or [])
-        if not tool.defer_loading
+        if not tool.defer_loading or tool.name in loaded
     ]
     value = body.tool_choice
     choice: Any = None
@@ -128,6 +130,22 @@ def openai_messages(messages: list[chat_body.Message]) -> list[dict[str, Any]]:
     return neutral
 
 
+def _loaded_tools(body: anthropic_body.MessagesBody) -> set[str]:
+    """The tools the messages' `tool_reference` parts load; one naming no given tool is a
+    400 naming where it stands."""
+    names = {tool.name for tool in body.tools or []}
+    loaded = set()
+    for m, message in enumerate(body.messages):
+        for b, block in enumerate(message.content):
+            for k, name in block.content.tool_references if block.content else ():
+                if name not in names:
+                    param = f"messages.{m}.content.{b}.content.{k}.tool_name"
+                    message_text = f"{param} names no given tool: {show(name)}"
+                    raise GatewayError.invalid(message_text, param)
+                loaded.add(name)
+    return loaded
+
+
 def _with_examples(description: str | None, examples: list[dict[str, Any]] | None) -> str | None:
     if not examples:
         return description
@@ -165,7 +183,7 @@ def anthropic_messages(messages: list[anthropic_body.Message]) -> list[dict[str,
 
 
 def _tool_result(block: anthropic_body.Block) -> dict[str, Any]:
-    text = block.content or ""
+    text = block.content.text if block.content is not None else ""
     if block.is_error:
         text = f"Error: {text}"
     return {"role": "tool", "content": text, "tool_call_id": block.tool_use_id}

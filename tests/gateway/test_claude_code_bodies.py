@@ -316,3 +316,50 @@ async def test_the_captured_request_streams_over_http_with_its_headers():
         (submit,) = run.worker.submits
         expected = BUILDER.parse(body)
         assert (submit.messages, submit.params) == (expected.messages, expected.params)
+
+
+def test_a_tool_reference_from_its_tool_search_loads_the_deferred_tool():
+    # Captured: the model called ToolSearch ("select:WebFetch"); Claude Code answered with a
+    # tool_reference and sent WebFetch among its tools with defer_loading.
+    search = LATER["tool_search_round_trip"]
+    assert search["tools_deferred"] == ["WebFetch", "DeferredToolPlaceholder"]
+    web_fetch = {
+        "name": "WebFetch",
+        "description": "Fetches a URL.",
+        "input_schema": {"type": "object", "properties": {"url": {"type": "string"}}},
+        "defer_loading": True,
+    }
+    body = first_body(tools=[*FIRST["body"]["tools"], web_fetch])
+    before = [t["name"] for t in BUILDER.parse(body).params["tools"]]
+    messages = [*FIRST["body"]["messages"], *search["messages_tail"]]
+    request = BUILDER.parse({**body, "messages": messages})
+    after = [t["name"] for t in request.params["tools"]]
+    assert "WebFetch" not in before and after == [*before, "WebFetch"]
+    assert "DeferredToolPlaceholder" not in after
+    assert request.messages[-2:] == [
+        {"role": "tool", "content": "", "tool_call_id": "toolu_1"},
+        {"role": "user", "content": "Tool loaded."},
+    ]
+
+
+def test_a_tool_reference_to_no_given_tool_is_a_400_naming_it():
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "t",
+        "content": [
+            {"type": "text", "text": "found"},
+            {"type": "tool_reference", "tool_name": "Nope"},
+        ],
+    }
+    body = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": [result]}]}
+    with pytest.raises(GatewayError) as caught:
+        BUILDER.parse(body)
+    assert (
+        str(caught.value) == 'messages.0.content.0.content.1.tool_name names no given tool: "Nope"'
+    )
+    result["content"] = [{"type": "image"}]
+    with pytest.raises(GatewayError) as caught:
+        BUILDER.parse(body)
+    assert str(caught.value) == (
+        'messages.0.content.0.content.0.type must be "text" or "tool_reference", got "image"'
+    )
