@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.e2e.agents import require_agent
 
-DEFAULT_AGENTS_DIR = Path.home() / ".cache" / "astrai" / "agents"
 CONFIG = """\
 model = "{model}"
 model_provider = "astrai"
@@ -44,14 +43,7 @@ UNKNOWN_MODEL_WARNING = "Model metadata for"
 
 def require_codex() -> Path:
     """The codex binary, or skip (fail under ASTRAI_REQUIRE_AGENTS) naming what lacks."""
-    agents_dir = Path(os.environ.get("AGENTS_DIR") or DEFAULT_AGENTS_DIR)
-    binary = agents_dir / "node_modules" / ".bin" / "codex"
-    if binary.is_file() and os.access(binary, os.X_OK):
-        return binary
-    reason = f"no Codex CLI at {binary}: `make agents` installs it from the npm registry"
-    if os.environ.get("ASTRAI_REQUIRE_AGENTS"):
-        pytest.fail(f"ASTRAI_REQUIRE_AGENTS is set but there is {reason}")
-    pytest.skip(reason)
+    return require_agent("codex")
 
 
 @dataclass
