@@ -56,15 +56,29 @@ def run_claude(
     """`claude -p … --output-format json` in `home`; its result object (the process must exit 0)."""
     home.mkdir(parents=True, exist_ok=True)
     argv = [str(binary), *args, "--output-format", "json"]
+    returncode, stdout, stderr = run_agent(
+        argv, home, claude_environment(base_url, home), timeout_s
+    )
+    assert returncode == 0, f"claude exited {returncode}: {stderr[-2000:]}"
+    result: dict[str, Any] = json.loads(stdout)
+    return result
+
+
+def run_agent(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout_s: float
+) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of an agent's session, in its own process group: the
+    npm launcher, the native binary and any command it ran all go when it ends or runs out
+    of time."""
     process = subprocess.Popen(
         argv,
-        cwd=home,
-        env=claude_environment(base_url, home),
+        cwd=cwd,
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,  # its own group: a timeout ends whatever it started too
+        start_new_session=True,
     )
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
@@ -72,6 +86,4 @@ def run_claude(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-    assert process.returncode == 0, f"claude exited {process.returncode}: {stderr[-2000:]}"
-    result: dict[str, Any] = json.loads(stdout)
-    return result
+    return process.returncode, stdout, stderr

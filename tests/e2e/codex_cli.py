@@ -9,16 +9,13 @@ reaches the network.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.agents import require_agent
+from tests.e2e.agents import require_agent, run_agent
 
 CONFIG = """\
 model = "{model}"
@@ -93,23 +90,6 @@ class Codex:
             "NO_PROXY": "127.0.0.1,localhost",
         }
         argv = [str(self.binary), "exec", "--json", "--skip-git-repo-check", *args]
-        # Its own process group: the npm launcher, the native binary and any command it
-        # runs all go when the session ends or runs out of time.
-        process = subprocess.Popen(
-            argv,
-            cwd=self.workdir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            stdout, stderr = process.communicate(timeout=timeout_s)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        returncode, stdout, stderr = run_agent(argv, self.workdir, env, timeout_s)
         events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-        return CodexRun(process.returncode, events, stderr)
+        return CodexRun(returncode, events, stderr)
