@@ -37,7 +37,11 @@ class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        table = torch.empty(config.vocab_size, config.hidden_size)
+        if table.device.type != "meta":  # loading builds on meta and fills the weights in;
+            # there normal_ would go through torch._refs and import torch._dynamo (~1 s).
+            nn.init.normal_(table)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=table)
         block = SandwichBlock if config.sandwich_norms else Block
         self.layers = nn.ModuleList(block(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -55,12 +59,15 @@ class LlamaModel(nn.Module):
         self.build_rope_tables()
 
     def build_rope_tables(self, device: torch.device | None = None) -> None:
-        """The RoPE tables (on `device`, else where tensors are made now): computed, never
-        loaded, and always float32."""
+        """The RoPE tables on `device` (default: the CPU): computed, never loaded, and always
+        float32. Computed on the CPU even while the model is built on the meta device, whose
+        ops go through torch._refs and import torch._dynamo (~1 s of every start)."""
         for local in (False, True):
             if local and self.config.local_rope_theta is None:
                 continue
-            cos, sin = (t.to(device) for t in rope_tables(self.config, local=local))
+            with torch.device("cpu"):
+                tables = rope_tables(self.config, local=local)
+            cos, sin = (t.to(device or "cpu") for t in tables)
             prefix = "local_rope" if local else "rope"
             self.register_buffer(f"{prefix}_cos", cos, persistent=False)
             self.register_buffer(f"{prefix}_sin", sin, persistent=False)

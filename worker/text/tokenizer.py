@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,14 @@ class Tokenizer:
     """transformers' tokenizer for a model folder, with the calls the engine needs."""
 
     def __init__(self, model_dir: Path, eos_token_ids: Sequence[int] = ()) -> None:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer, PretrainedConfig
 
-        self._hf = AutoTokenizer.from_pretrained(str(model_dir))
+        settings = model_dir / "tokenizer_config.json"
+        named = settings.is_file() and "tokenizer_class" in json.loads(settings.read_text())
+        # A tokenizer that names its class needs no model config: reading one imports the
+        # model's transformers modules (~0.5 s of every start) to learn what is known already.
+        extra = {"config": PretrainedConfig()} if named else {}
+        self._hf = AutoTokenizer.from_pretrained(str(model_dir), **extra)
         self._backend = self._hf.backend_tokenizer
         eos = set(eos_token_ids)
         if self._hf.eos_token_id is not None:
