@@ -14,7 +14,12 @@ from gateway.protocols.base import (
 )
 from gateway.protocols.bodies import checked_params
 from gateway.protocols.completions_body import CompletionsBody
-from gateway.protocols.openai_common import OpenAIStreamBuilder, finish_reason, usage_body
+from gateway.protocols.openai_common import (
+    OpenAIStreamBuilder,
+    finish_reason,
+    usage_body,
+    vllm_prompt_logprobs,
+)
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for this API (the chat API has none)
 MAX_CHOICES = 1024  # prompts × n in one request
@@ -35,14 +40,8 @@ class CompletionsResponseBuilder(OpenAIStreamBuilder):
         if completion.logprobs is not None:
             params.update(logprobs=True, top_logprobs=completion.logprobs)
             if completion.echo:  # the echoed prompt's tokens come with their logprobs too
-                params["prompt_logprobs"] = completion.logprobs
-        if completion.prompt_logprobs is not None:
-            if completion.stream:
-                message = "prompt_logprobs is returned in non-streamed responses only"
-                raise GatewayError.invalid(message, "prompt_logprobs")
-            params["prompt_logprobs"] = max(
-                completion.prompt_logprobs, params.get("prompt_logprobs", 0)
-            )
+                asked = params.get("prompt_logprobs", 0)
+                params["prompt_logprobs"] = max(asked, completion.logprobs)
         best_of = completion.best_of
         if best_of is not None and best_of != params["n"]:
             message = f"best_of must equal n ({params['n']}) if given, got {best_of}"
@@ -70,7 +69,7 @@ class CompletionsResponseBuilder(OpenAIStreamBuilder):
             "choices": [
                 {
                     **_choice(c.index, c.text, _logprobs(c.logprobs), finish_reason(c)),
-                    **({} if c.prompt_logprobs is None else _vllm_prompt_logprobs(c)),
+                    **vllm_prompt_logprobs(c),
                 }
                 for c in sorted(result.choices, key=lambda choice: choice.index)
             ],
@@ -120,28 +119,6 @@ def _logprobs(entries: list[TokenLogprob], text_offset: int = 0) -> dict[str, An
         ],
         "text_offset": offsets,
     }
-
-
-def _vllm_prompt_logprobs(choice: ChoiceResult) -> dict[str, Any]:
-    """vLLM's `prompt_logprobs`: None for the first token, then per token id (the prompt's own
-    and the likeliest alternatives) its logprob, rank and text."""
-    entries = choice.prompt_logprobs or []
-    rendered: list[dict[str, Any] | None] = []
-    for entry in entries:
-        if entry.logprob is None:
-            rendered.append(None)
-            continue
-        position = {
-            str(top.token_id): {"logprob": top.logprob, "rank": rank, "decoded_token": top.text}
-            for rank, top in enumerate(entry.top, start=1)
-        }
-        position[str(entry.token_id)] = {
-            "logprob": entry.logprob,
-            "rank": entry.rank,
-            "decoded_token": entry.text,
-        }
-        rendered.append(position)
-    return {"prompt_logprobs": rendered}
 
 
 def _choice(

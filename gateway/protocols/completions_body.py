@@ -6,7 +6,6 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import PlainValidator
 
-from common.sampling_params import MAX_TOP_LOGPROBS
 from common.validation import MAX_COUNT, check_text, integer, invalid, json_type
 from gateway.protocols.bodies import Required, Unsupported, is_null
 from gateway.protocols.openai_fields import Bool, OpenAISampling, PositiveCount, token_ids
@@ -49,7 +48,4 @@ class CompletionsBody(OpenAISampling):
     max_tokens: PositiveCount | None = None
     logprobs: Annotated[int, integer(0, MAX_LOGPROBS)] | None = None
     echo: Bool | None = None
-    # vLLM's: each prompt token's logprob (and this many alternatives), as `prompt_logprobs`
-    # of each choice.
-    prompt_logprobs: Annotated[int, integer(0, MAX_TOP_LOGPROBS)] | None = None
     best_of: Annotated[int, integer(1, None, MAX_COUNT)] | None = None

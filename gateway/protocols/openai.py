@@ -13,7 +13,12 @@ from gateway.protocols.base import (
 )
 from gateway.protocols.bodies import checked_params
 from gateway.protocols.chat_body import ChatBody
-from gateway.protocols.openai_common import OpenAIStreamBuilder, finish_reason, usage_body
+from gateway.protocols.openai_common import (
+    OpenAIStreamBuilder,
+    finish_reason,
+    usage_body,
+    vllm_prompt_logprobs,
+)
 from gateway.protocols.structured import openai_response_format
 from gateway.protocols.tools import openai_messages, openai_tools
 
@@ -48,6 +53,7 @@ class OpenAIResponseBuilder(OpenAIStreamBuilder):
                     "message": _message(choice),
                     "logprobs": _logprobs(choice.logprobs),
                     "finish_reason": finish_reason(choice),
+                    **vllm_prompt_logprobs(choice),
                 }
                 for choice in choices
             ],

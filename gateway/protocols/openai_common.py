@@ -29,6 +29,31 @@ def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -
     }
 
 
+def vllm_prompt_logprobs(choice: ChoiceResult) -> dict[str, Any]:
+    """vLLM's `prompt_logprobs` field of a choice, when it asked for them: None for the first
+    token, then per token id (the prompt's own and the likeliest alternatives) its logprob,
+    rank and text; {} otherwise."""
+    if choice.prompt_logprobs is None:
+        return {}
+    entries = choice.prompt_logprobs
+    rendered: list[dict[str, Any] | None] = []
+    for entry in entries:
+        if entry.logprob is None:
+            rendered.append(None)
+            continue
+        position = {
+            str(top.token_id): {"logprob": top.logprob, "rank": rank, "decoded_token": top.text}
+            for rank, top in enumerate(entry.top, start=1)
+        }
+        position[str(entry.token_id)] = {
+            "logprob": entry.logprob,
+            "rank": entry.rank,
+            "decoded_token": entry.text,
+        }
+        rendered.append(position)
+    return {"prompt_logprobs": rendered}
+
+
 class OpenAIStreamBuilder(ResponseBuilder):
     """The parts of a ResponseBuilder both OpenAI routes shape alike: chunks of one `object`
     type, an optional usage chunk, `data: [DONE]`, and OpenAI's error bodies."""

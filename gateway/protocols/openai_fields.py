@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, PlainValidator
 
-from common.sampling_params import MAX_N, MAX_STOP_CHARS
+from common.sampling_params import MAX_N, MAX_STOP_CHARS, MAX_TOP_LOGPROBS
 from common.validation import (
     INT64_MAX,
     INT64_MIN,
@@ -101,6 +101,9 @@ class OpenAISampling(RequestBody):
     logit_bias: Annotated[list[list[float]], PlainValidator(_logit_bias)] | None = None
     stream: Bool | None = None
     stream_options: StreamOptions | None = None
+    # vLLM's: each prompt token's logprob (and this many alternatives), as `prompt_logprobs`
+    # of each choice; non-streamed answers only.
+    prompt_logprobs: Annotated[int, integer(0, MAX_TOP_LOGPROBS)] | None = None
 
     def sampling(self) -> dict[str, Any]:
         """The worker's sampling keywords both routes take; n is always sent, for the
@@ -120,7 +123,11 @@ class OpenAISampling(RequestBody):
             "stop_token_ids": self.stop_token_ids or None,
             "ignore_eos": self.ignore_eos,
             "logit_bias": self.logit_bias or None,
+            "prompt_logprobs": self.prompt_logprobs,
         }
+        if self.prompt_logprobs is not None and self.stream:
+            message = "prompt_logprobs is returned in non-streamed responses only"
+            raise GatewayError.invalid(message, "prompt_logprobs")
         params.update((key, value) for key, value in optional.items() if value is not None)
         return params
 

@@ -205,3 +205,24 @@ def test_echo_with_logprobs_scores_the_prompt_as_transformers_does(
         rank = int((expected[position - 1] > expected[position - 1, ids[position]]).sum()) + 1
         assert abs(entry["rank"] - rank) <= 1  # near-ties may swap under the kernels' rounding
         assert len(vllm[position]) in (2, 3)  # two alternatives, the token among them or not
+
+
+def test_chat_prompt_logprobs_score_the_rendered_chat(
+    client: openai.OpenAI, default_server: Server
+):
+    messages = [{"role": "user", "content": "Name a large city in France."}]
+    reply = client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=1, extra_body={"prompt_logprobs": 0}
+    )
+    rendered = httpx.post(f"{default_server.url}/tokenize", json={"messages": messages}).json()
+    scored = client.completions.create(
+        model=MODEL, prompt=rendered["tokens"], max_tokens=1, extra_body={"prompt_logprobs": 0}
+    )
+    chat = (reply.choices[0].model_extra or {})["prompt_logprobs"]
+    raw = (scored.choices[0].model_extra or {})["prompt_logprobs"]
+    assert len(chat) == reply.usage.prompt_tokens == len(rendered["tokens"])
+    assert chat[0] is None
+    for position, token in enumerate(rendered["tokens"][1:], start=1):
+        assert chat[position][str(token)]["logprob"] == pytest.approx(
+            raw[position][str(token)]["logprob"], abs=1e-5
+        )

@@ -716,3 +716,27 @@ def test_logit_bias_becomes_token_id_pairs():
 def test_bad_logit_bias_is_a_400_naming_it(bias: Any):
     error = parse_error({"messages": HELLO, "logit_bias": bias})
     assert error.kind == ErrorKind.INVALID_REQUEST and error.param.startswith("logit_bias")
+
+
+def test_prompt_logprobs_are_asked_for_and_rendered_as_vllm_does():
+    assert parse(prompt_logprobs=2).params["prompt_logprobs"] == 2
+    assert parse_error({"messages": HELLO, "prompt_logprobs": 1, "stream": True}).param == (
+        "prompt_logprobs"
+    )
+    assert parse_error({"messages": HELLO, "prompt_logprobs": 21}).param == "prompt_logprobs"
+    prompt = [
+        TokenLogprob(1, "<s>", None),
+        TokenLogprob(9, " hi", -2.5, (TopLogprob(4, " a", -0.5), TopLogprob(9, " hi", -2.5)), 2),
+    ]
+    choice = ChoiceResult(0, "Hello!", "stop", 2, completion_tokens=3, prompt_logprobs=prompt)
+    result = ChatResult("chatcmpl-abc", "smol", 1700000000, [choice], prompt_tokens=2)
+
+    [rendered] = BUILDER.format_response(result)["choices"]
+
+    assert rendered["prompt_logprobs"] == [
+        None,
+        {
+            "4": {"logprob": -0.5, "rank": 1, "decoded_token": " a"},
+            "9": {"logprob": -2.5, "rank": 2, "decoded_token": " hi"},
+        },
+    ]
