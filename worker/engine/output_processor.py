@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import torch
 
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta, TopLogprob
+from worker.engine.runner import Chunk
 from worker.engine.sequence import Sequence, TokenEvent
 from worker.sampling.grammar import GrammarViolation, grammar_finished
 from worker.text.tokenizer import Tokenizer
@@ -97,6 +98,24 @@ class OutputProcessor:
         if token_id in params.stop_token_ids:
             return True
         return not params.ignore_eos and token_id in self.tokenizer.eos_token_ids
+
+    def take_prompt_logprobs(
+        self, seqs: list[Sequence], chunks: list[Chunk], logits: torch.Tensor
+    ) -> torch.Tensor:
+        """Record the prompt logprobs of the chunks (of `seqs`) that kept every row's logits;
+        the rows left to sample from (each chunk's last, where it wants one, then the rows
+        after the chunks')."""
+        keep: list[int] = []
+        row = 0
+        for seq, chunk in zip(seqs, chunks, strict=True):
+            n = chunk.num_logit_rows
+            if chunk.all_logits:
+                self.record_prompt_logprobs(seq, chunk.start, logits[row : row + n])
+            if chunk.wants_logits:
+                keep.append(row + n - 1)
+            row += n
+        keep.extend(range(row, logits.shape[0]))
+        return logits.index_select(0, torch.tensor(keep, dtype=torch.int64, device=logits.device))
 
     def record_prompt_logprobs(self, seq: Sequence, start: int, logits: torch.Tensor) -> None:
         """Logprobs of `seq`'s prompt tokens after position `start` from the logits of the

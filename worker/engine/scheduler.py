@@ -174,7 +174,7 @@ class InferenceScheduler(DraftedDecode, SchedulerLoop):
         logits = self.runner.forward([*chunks, *rows])
         self.counters.prefill_tokens += sum(len(c.token_ids) for c in chunks)
         if any(c.all_logits for c in chunks):
-            logits = self._take_prompt_logprobs(seqs, chunks, logits)
+            logits = self.processor.take_prompt_logprobs(seqs, chunks, logits)
         for seq, chunk in zip(seqs, chunks, strict=True):
             seq.num_computed = chunk.end
             self.cache.commit(seq.seq_id, seq.token_ids, seq.num_computed)
@@ -186,23 +186,6 @@ class InferenceScheduler(DraftedDecode, SchedulerLoop):
         sampled = [s for s, c in zip(seqs, chunks, strict=True) if c.wants_logits]
         self._sample([*sampled, *decoding], logits)
         return bool(sampled)
-
-    def _take_prompt_logprobs(
-        self, seqs: list[Sequence], chunks: list[Chunk], logits: torch.Tensor
-    ) -> torch.Tensor:
-        """Record the prompt logprobs of the chunks that kept every row's logits; the rows
-        left to sample from (each chunk's last, where it wants one, then the riding rows)."""
-        keep: list[int] = []
-        row = 0
-        for seq, chunk in zip(seqs, chunks, strict=True):
-            n = chunk.num_logit_rows
-            if chunk.all_logits:
-                self.processor.record_prompt_logprobs(seq, chunk.start, logits[row : row + n])
-            if chunk.wants_logits:
-                keep.append(row + n - 1)
-            row += n
-        keep.extend(range(row, logits.shape[0]))
-        return logits.index_select(0, torch.tensor(keep, dtype=torch.int64, device=logits.device))
 
     # -- phase 4 ----------------------------------------------------------------------
     def _ready_to_decode(self) -> list[Sequence]:

@@ -3,9 +3,10 @@ a config.json dict."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from worker.model.rope_scaling import RopeScaling, rope_fields
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3")
 GEMMA_TYPES = ("gemma2", "gemma3_text")
@@ -13,39 +14,6 @@ ACTIVATIONS = ("silu", "gelu_tanh")
 LAYER_TYPES = ("sliding_attention", "full_attention")
 # transformers' names of the activations we compute, by what config.json says.
 _ACTIVATION_NAMES = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """How RoPE frequencies are stretched beyond the trained context ("default" = not at all)."""
-
-    rope_type: str = "default"
-    factor: float = 1.0
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_max_position_embeddings: int = 8192
-    # YaRN: the ramp between extrapolated and interpolated frequencies, and the factor cos and
-    # sin are scaled by (None: 0.1 ln(factor) + 1, as transformers and llama.cpp default).
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    attention_factor: float | None = None
-    # LongRoPE (Phi-3/4): each frequency divided by its factor, the short ones for a served
-    # context within original_max_position_embeddings, the long ones beyond (as llama.cpp).
-    short_factor: tuple[float, ...] = ()
-    long_factor: tuple[float, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.rope_type not in SUPPORTED_ROPE_TYPES:
-            raise ValueError(
-                f"rope_type must be one of {SUPPORTED_ROPE_TYPES}, got {self.rope_type!r}"
-            )
-        if self.factor <= 0:
-            raise ValueError(f"rope factor must be > 0, got {self.factor}")
-        if self.rope_type == "longrope" and (
-            not self.short_factor or len(self.short_factor) != len(self.long_factor)
-        ):
-            raise ValueError("longrope needs short_factor and long_factor of one length")
 
 
 @dataclass(frozen=True)
@@ -189,7 +157,7 @@ class ModelConfig:
             hf = {**hf, "rope_parameters": rope_parameters["full_attention"]}
         elif model_type == "gemma3_text":
             local_theta = float(hf.get("rope_local_base_freq", 1e4))
-        rope = _rope_fields(hf)
+        rope = rope_fields(hf)
         rotary = rope.pop("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))
         rotary_dim = int(head_dim * rotary) if rotary != 1.0 else None
         eos = hf.get("eos_token_id")
@@ -249,49 +217,6 @@ def _sliding_pattern(num_layers: int, period: int) -> tuple[str, ...]:
 def _shared_ids(hf: dict[str, Any]) -> dict[str, Any]:
     """Token ids a multimodal wrapper config keeps at its top level."""
     return {k: hf[k] for k in ("bos_token_id", "eos_token_id") if k in hf}
-
-
-def _rope_fields(hf: dict[str, Any]) -> dict[str, Any]:
-    """Merge transformers v4 (`rope_theta` + `rope_scaling`) and v5 (`rope_parameters`)."""
-    params = dict(hf.get("rope_parameters") or {})
-    scaling = dict(hf.get("rope_scaling") or {})
-    merged = {**scaling, **params}
-    rope_type = merged.get("rope_type") or merged.get("type") or "default"
-    if rope_type == "su":  # LongRoPE's first name, in Phi-3's early configs
-        rope_type = "longrope"
-    fields: dict[str, Any] = {
-        "rope_theta": float(merged.get("rope_theta", hf.get("rope_theta", 10000.0))),
-        "rope_type": rope_type,
-    }
-    for name in (
-        "factor",
-        "low_freq_factor",
-        "high_freq_factor",
-        "original_max_position_embeddings",
-        "beta_fast",
-        "beta_slow",
-        "attention_factor",
-        "partial_rotary_factor",
-    ):
-        if merged.get(name) is not None:
-            fields[name] = merged[name]
-    if rope_type in ("yarn", "longrope") and "original_max_position_embeddings" not in fields:
-        fields["original_max_position_embeddings"] = hf.get(
-            "original_max_position_embeddings", hf.get("max_position_embeddings", 2048)
-        )
-    if rope_type == "longrope":
-        fields["short_factor"] = tuple(float(f) for f in merged.get("short_factor") or ())
-        fields["long_factor"] = tuple(float(f) for f in merged.get("long_factor") or ())
-        fields.pop("factor", None)
-        if fields.get("attention_factor") is None:
-            # As transformers: from the trained context over the original one, fixed here so
-            # that serving a shorter context keeps the model's own value.
-            original = fields["original_max_position_embeddings"]
-            stretch = hf.get("max_position_embeddings", original) / original
-            fields["attention_factor"] = (
-                math.sqrt(1 + math.log(stretch) / math.log(original)) if stretch > 1 else 1.0
-            )
-    return fields
 
 
 def with_context(

@@ -6,7 +6,8 @@ import math
 
 import torch
 
-from worker.model.config import ModelConfig, RopeScaling
+from worker.model.config import ModelConfig
+from worker.model.rope_scaling import RopeScaling
 
 
 def inverse_frequencies(

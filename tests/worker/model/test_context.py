@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.worker.model_factory import tiny_config
-from worker.model.config import ModelConfig, RopeScaling, with_context
+from worker.model.config import ModelConfig, with_context
+from worker.model.rope_scaling import RopeScaling
 
 
 def config(**overrides: object) -> ModelConfig:

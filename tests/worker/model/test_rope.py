@@ -11,8 +11,9 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from tests.worker.model_factory import tiny_config
-from worker.model.config import ModelConfig, RopeScaling, with_context
+from worker.model.config import ModelConfig, with_context
 from worker.model.rope import apply_rope, attention_factor, inverse_frequencies, rope_tables
+from worker.model.rope_scaling import RopeScaling
 
 ROPE_PARAMETERS = {
     "default": {"rope_type": "default", "rope_theta": 10000.0},
