@@ -23,13 +23,14 @@ from pathlib import Path
 import torch
 
 from worker.kernels.build import build_key, native_kernels_available
+from worker.kernels.kquant_probe import kquant_kernels_available, measure_kquant_rows
 from worker.machine.cpu_info import cpu_signature
 from worker.machine.paths import cache_root
 from worker.model.linear import PackedLinear, mkldnn_linear_supports
 
 log = logging.getLogger(__name__)
 
-PLAN_VERSION = 2  # 2: the block kernels timed on streaming weights
+PLAN_VERSION = 3  # 3: the K-quant panel kernels against ggml's
 FLOAT32_LAYOUTS = ("mm", "linear", "mkldnn")
 PANEL_CANDIDATE_ROWS = (8, 16, 24, 32, 48, 64)
 _BLOCK_SHAPE = (1536, 576)  # (out, in): the default model's MLP halves
@@ -51,6 +52,9 @@ class KernelPlan:
     # "mkldnn" (oneDNN's packed weight).
     float32_layout: str = "mm"
     measured_ms: dict[str, float] = field(default_factory=dict, compare=False)
+    # Per K-quant type ("Q4_K", "Q6_K"): from this many rows on, the panel kernel instead of
+    # ggml's (worker/kernels/kquant_probe.py); absent or 0: never.
+    kquant_panel_rows: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.float32_layout not in FLOAT32_LAYOUTS:
@@ -60,7 +64,12 @@ class KernelPlan:
 
     def describe(self) -> str:
         panel = f"from {self.panel_rows} rows" if self.panel_rows else "never"
-        return f"block panel kernel {panel}; float32 layers as {self.float32_layout}"
+        kquants = ", ".join(
+            f"{name} from {rows} rows" if rows else f"{name} never"
+            for name, rows in sorted(self.kquant_panel_rows.items())
+        )
+        extra = f"; K-quant panels: {kquants}" if kquants else ""
+        return f"block panel kernel {panel}; float32 layers as {self.float32_layout}{extra}"
 
 
 def _best_ms(run: Callable[[], object], repeats: int = 5, calls: int = 3) -> float:
@@ -125,7 +134,8 @@ def measure() -> KernelPlan:
             if panel_ms < 0.95 * direct_ms:
                 panel_rows = rows
                 break
-    return KernelPlan(panel_rows, layout, measured)
+    kquant_rows = measure_kquant_rows(measured) if kquant_kernels_available() else {}
+    return KernelPlan(panel_rows, layout, measured, kquant_rows)
 
 
 def _plan_file() -> Path:
@@ -139,7 +149,12 @@ def _plan_file() -> Path:
 def _cached(path: Path) -> KernelPlan | None:
     try:
         data = json.loads(path.read_text())
-        return KernelPlan(data["panel_rows"], data["float32_layout"], data["measured_ms"])
+        return KernelPlan(
+            data["panel_rows"],
+            data["float32_layout"],
+            data["measured_ms"],
+            {str(k): int(v) for k, v in data.get("kquant_panel_rows", {}).items()},
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
