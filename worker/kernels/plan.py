@@ -9,6 +9,7 @@ per CPU signature and torch version under `<cache>/kernels/`.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import functools
 import hashlib
@@ -23,7 +24,11 @@ from pathlib import Path
 import torch
 
 from worker.kernels.build import build_key, native_kernels_available
-from worker.kernels.kquant_probe import kquant_kernels_available, measure_kquant_rows
+from worker.kernels.kquant_probe import (
+    KQUANT_TYPES,
+    kquant_kernels_available,
+    measure_kquant_rows,
+)
 from worker.machine.cpu_info import cpu_signature
 from worker.machine.paths import cache_root
 from worker.model.linear import PackedLinear, mkldnn_linear_supports
@@ -166,6 +171,33 @@ def cpu_busy() -> bool:
 
 @functools.cache
 def kernel_plan() -> KernelPlan:
+    """This CPU's plan (`_measured_plan`), with ASTRAI_KQUANT_PANEL_ROWS's rows if set."""
+    return with_kquant_override(_measured_plan(), os.environ.get("ASTRAI_KQUANT_PANEL_ROWS"))
+
+
+def with_kquant_override(plan: KernelPlan, setting: str | None) -> KernelPlan:
+    """`setting` "Q4_K=16,Q6_K=32" (or one number for both; 0: never) replaces the measured
+    rows from which K-quant layers take the panel kernels: to pin the choice (benchmarks,
+    tests), not to tune it, which the probe does per CPU."""
+    if not setting:
+        return plan
+    rows = dict(plan.kquant_panel_rows)
+    try:
+        for item in setting.split(","):
+            name, _, value = item.rpartition("=")
+            for kind in [name.strip()] if name else list(KQUANT_TYPES):
+                if kind not in KQUANT_TYPES or int(value) < 0:
+                    raise ValueError(kind)
+                rows[kind] = int(value)
+    except ValueError as exc:
+        raise ValueError(
+            f"ASTRAI_KQUANT_PANEL_ROWS={setting!r}: expected rows (a number >= 0) or "
+            f"TYPE=rows pairs with TYPE in {sorted(KQUANT_TYPES)}"
+        ) from exc
+    return dataclasses.replace(plan, kquant_panel_rows=rows)
+
+
+def _measured_plan() -> KernelPlan:
     """This CPU's plan: from the cache, or measured now (once per CPU and torch version).
 
     Why the lock and the load check: a plan measured while the CPU was shared (two workers
