@@ -28,8 +28,11 @@ void float_panel_matmul(const Source& source, const float* x_rows, int64_t m, in
   const float* packed = quads > 0 ? interleave_rows(x_rows, m, k) : nullptr;
   // Every panel reads all of its rows' activations; rows in blocks of ~1 MB keep them in L2
   // however long the chunk. (At 512 rows, 3 MB for the MLP's down projection, it measured
-  // neither faster nor slower on a 2 MB-L2 Xeon: its prefetchers kept up from L3.)
-  const int64_t row_block = std::max<int64_t>(kQuadRows, (1 << 20) / (4 * k) / kQuadRows * kQuadRows);
+  // neither faster nor slower on a 2 MB-L2 Xeon: its prefetchers kept up from L3.) At least
+  // 96 rows: each row block dequantizes its weights again, and Q6_K's 8192-wide rows in
+  // blocks of 24 made that cost more than the products.
+  const int64_t row_block =
+      std::max<int64_t>(8 * kQuadRows, (1 << 20) / (4 * k) / kQuadRows * kQuadRows);
 #else
   const int64_t quads = 0;
   const float* packed = nullptr;
