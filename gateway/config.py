@@ -37,7 +37,8 @@ class GatewayConfig:
         ),
     )
     accept_timeout_s: float = 60.0  # a worker that never answers Submit
-    submit_attempts: int = 2  # a request not yet accepted is retried once elsewhere
+    # Workers (or restarts of one) a request not yet accepted is submitted to, in turn.
+    submit_attempts: int = 4
     max_in_flight: int = field(default=256, metadata=option("requests being served at once"))
     max_queued: int = field(
         default=512, metadata=option("more requests waiting for a turn; beyond: 429 / 529")

@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from gateway.body import read_json, wait_disconnect
 from gateway.errors import ErrorKind, GatewayError
 from gateway.protocols.base import ChatRequest, ResponseBuilder, StreamState
-from gateway.request_lifecycle import RequestLifecycle
+from gateway.request_lifecycle import WORKER_POLL_S, RequestLifecycle
 from gateway.response_fold import fold_events
 from gateway.services import RequestServices
 from gateway.streaming import SseAnswer
@@ -74,7 +74,8 @@ class ProtocolHandler:
         handed_to_stream = False
         try:
             try:
-                state = await lifecycle.start(chat, self.resolve_model(chat.model))
+                model = await self.await_model(chat.model, started_at)
+                state = await lifecycle.start(chat, model)
             except GatewayError as error:
                 return self.fail(lifecycle, error)
             except ClientDisconnect:
@@ -125,6 +126,16 @@ class ProtocolHandler:
         response = self.error_response(error)
         lifecycle.release(response.status_code, None)
         return response
+
+    async def await_model(self, requested: str | None, started_at: float) -> str:
+        """resolve_model, once a worker is registered: while none is (the gateway started
+        first, or its only worker restarts), the request waits for one until its queue
+        timeout from arrival has passed, then is refused as unavailable."""
+        registry = self.services.registry
+        deadline = started_at + self.services.config.queue_timeout_s
+        while not registry.models() and time.monotonic() < deadline:
+            await asyncio.sleep(min(WORKER_POLL_S, max(0.0, deadline - time.monotonic())))
+        return self.resolve_model(requested)
 
     def resolve_model(self, requested: str | None) -> str:
         """The served model a request names, by its own name, an alias or a pattern."""

@@ -20,6 +20,9 @@ from gateway.workers import RequestChannel, WorkerLost
 
 log = logging.getLogger(__name__)
 
+# How often a request waiting for a live worker looks again (bounded by its queue timeout).
+WORKER_POLL_S = 0.1
+
 
 class RequestLifecycle:
     """Owns one request: its admission slot, its worker and channel, its events, its first
@@ -52,7 +55,8 @@ class RequestLifecycle:
         self._released = False
         self._chat: ChatRequest | None = None
         self._model = ""
-        self._tried: set[str] = set()  # workers this request was submitted to
+        # (worker, incarnation) this request was submitted to: a restart is a new worker
+        self._tried: set[tuple[str, str]] = set()
 
     async def admit(self) -> None:
         """Take an admission slot (or raise the rate-limit error)."""
@@ -77,19 +81,33 @@ class RequestLifecycle:
         return self.state
 
     async def _submit(self, submit: Submit) -> Accepted:
-        """To workers not tried yet, until one accepts (it is then this request's worker)."""
+        """To workers not tried yet, until one accepts (it is then this request's worker).
+
+        While no untried worker is live (the only one restarting, or every one tried), the
+        request waits for one, a restarted worker counting as new, until its queue timeout
+        from arrival has passed: a worker's restart costs a pause, not a 503.
+        """
         services, model, chat = self.services, self._model, self._chat
         assert chat is not None
-        for _ in range(services.config.submit_attempts):
+        deadline = self.started_at + services.config.queue_timeout_s
+        attempts = 0
+        while attempts < services.config.submit_attempts:
             candidates = [
-                w for w in services.registry.live(model) if w.worker_id not in self._tried
+                w
+                for w in services.registry.live(model)
+                if (w.worker_id, w.incarnation) not in self._tried
             ]
             if not candidates:
-                break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                await asyncio.sleep(min(WORKER_POLL_S, left))
+                continue
             worker = services.policy.pick(candidates, chat.routing_text)
             if self._tried:
                 services.metrics.retries += 1
-            self._tried.add(worker.worker_id)
+            attempts += 1
+            self._tried.add((worker.worker_id, worker.incarnation))
             channel = services.hub.open(self.request_id, worker)
             try:
                 reply = await self._first_reply(worker, channel, submit)

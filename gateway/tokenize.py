@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from starlette.requests import Request
@@ -63,8 +64,11 @@ async def ask_worker(
     """One Tokenize round trip to a live worker of the model asked for, holding an admission
     slot like any request: a worker's I/O thread tokenizes it, so a flood of long prompts to
     count queues behind the same limit as generation does."""
+    started_at = time.monotonic()
+    handler.check_open()  # refused while the gateway drains, as a generation is
     async with handler.services.admission.slot():
-        return await _round_trip(handler, handler.resolve_model(requested_model), message)
+        model = await handler.await_model(requested_model, started_at)
+        return await _round_trip(handler, model, message)
 
 
 async def _round_trip(handler: ProtocolHandler, model: str, message: Tokenize) -> Tokenized:

@@ -137,8 +137,8 @@ def test_after_all_of_that_the_server_still_answers(tiny_server: Server):
 
 @pytest.fixture(scope="module")
 def bare_gateway() -> Iterator[Server]:
-    """A gateway with an API key and no worker at all."""
-    server = Server("gateway", "--api-key", "s3cret")
+    """A gateway with an API key and no worker at all; requests wait 1 s for one."""
+    server = Server("gateway", "--api-key", "s3cret", "--queue-timeout", "1")
     try:
         yield server.wait_ready(workers=0)
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from common.errors import RejectCode
 from common.schemas import Accepted, Finished, Message, Rejected, Submit, Tokens
 from common.token_output import FinishReason, TokenLogprob, TopLogprob
 from tests.gateway.in_process import call_and_leave, in_process, sse_data, until
+from tests.gateway.scripted_worker import ScriptedWorker
 
 CHAT = [{"role": "user", "content": "Say hello."}]
 ROUTES = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
@@ -184,7 +186,8 @@ async def test_a_client_that_leaves_aborts_its_request_and_frees_its_slot(
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_worker_that_falls_silent_ends_the_request_with_an_error(stream: bool):
-    async with in_process(started, falls_silent=True) as run:
+    # A queue timeout shorter than the silence: no wait for a worker that never comes.
+    async with in_process(started, falls_silent=True, queue_timeout_s=0.5) as run:
         response = await asyncio.wait_for(
             run.client.post(ROUTES["openai"], json=body("openai", stream)), 10
         )
@@ -286,4 +289,43 @@ async def test_a_stream_that_sent_tokens_is_not_started_over():
         assert payloads[-2]["error"]["message"] == "worker lost: the worker stopped responding"
         assert run.workers[1].submits == []  # the client had "Hel": no second answer
         assert run.gateway.metrics.retries == 0
+        await run.assert_all_released()
+
+
+async def test_a_request_while_no_worker_is_live_waits_for_one_and_is_answered():
+    """As while the only worker restarts: the request is answered once a worker registers,
+    within the queue timeout, not refused with a 503."""
+    async with in_process(hello, queue_timeout_s=10) as run:
+        [worker] = run.workers
+        worker.stop()
+        await until(lambda: run.gateway.registry.live() == [])
+        request = asyncio.ensure_future(
+            run.client.post(ROUTES["openai"], json=body("openai", False))
+        )
+        await asyncio.sleep(0.5)
+        assert not request.done()  # waiting, not refused
+        replacement = ScriptedWorker(run.gateway.config.worker_bind, hello, "scripted-0")
+        replacement.start()
+        try:
+            response = await asyncio.wait_for(request, 10)
+            assert response.status_code == 200
+            assert response.json()["choices"][0]["message"]["content"] == "Hello"
+            assert len(replacement.submits) == 1
+        finally:
+            replacement.stop()
+        await run.assert_all_released()
+
+
+async def test_a_request_that_waits_past_its_queue_timeout_for_a_worker_gets_a_503():
+    async with in_process(hello, queue_timeout_s=0.5) as run:
+        run.workers[0].stop()
+        await until(lambda: run.gateway.registry.live() == [])
+        asked = time.monotonic()
+        response = await asyncio.wait_for(
+            run.client.post(ROUTES["openai"], json=body("openai", False)), 10
+        )
+        assert response.status_code == 503
+        assert response.json()["error"]["message"] == "no worker is ready; try again shortly"
+        assert time.monotonic() - asked >= 0.5  # it waited its queue timeout for one first
+        assert run.counted("openai", 503) == 1
         await run.assert_all_released()

@@ -102,5 +102,5 @@ def test_the_environment_pins_the_k_quant_rows(setting, expected):
 
 @pytest.mark.parametrize("setting", ["Q5_K=8", "-1", "Q4_K=many"])
 def test_a_bad_k_quant_setting_names_the_variable_and_the_form(setting):
-    with pytest.raises(ValueError, match="ASTRAI_KQUANT_PANEL_ROWS=.*TYPE=rows"):
+    with pytest.raises(ValueError, match=r"ASTRAI_KQUANT_PANEL_ROWS=.*TYPE=rows"):
         plan_module.with_kquant_override(KernelPlan(), setting)
