@@ -79,6 +79,8 @@ class ResponsesResponseBuilder(ResponseBuilder):
         )
         choice = result.choices[0]
         self.stream_start(state)
+        if choice.reasoning:
+            self.stream_reasoning(state, 0, choice.reasoning)
         self.stream_tokens(state, 0, choice.text, choice.logprobs)
         parts = [
             part
@@ -104,6 +106,9 @@ class ResponsesResponseBuilder(ResponseBuilder):
         self, state: StreamState, index: int, text: str, logprobs: list[TokenLogprob]
     ) -> list[str]:
         return _sse(_stream(state).add_text(text, logprobs))
+
+    def stream_reasoning(self, state: StreamState, index: int, text: str) -> list[str]:
+        return _sse(_stream(state).add_reasoning(text))
 
     def stream_tool_calls(
         self, state: StreamState, index: int, parts: list[ToolCallDelta]

@@ -67,13 +67,38 @@ def _text_parts(value: Any) -> str:
 TextParts = Annotated[str, PlainValidator(_text_parts)]
 
 
+class ReasoningText(BaseModel):
+    type: Literal["reasoning_text"]
+    text: Text
+
+
+class SummaryText(BaseModel):
+    type: Literal["summary_text"]
+    text: Text
+
+
+class ReasoningItem(BaseModel):
+    """A reasoning item: its `reasoning_text` parts are the thoughts (joined by newlines);
+    a summary or an `encrypted_content` (another provider's) is checked, not read."""
+
+    type: Literal["reasoning"]
+    summary: list[SummaryText] = []
+    content: list[ReasoningText] | None = None
+    encrypted_content: Text | None = None
+
+    def as_input(self) -> InputItem:
+        texts = [part.text for part in self.content or []]
+        return InputItem(type="reasoning", content=PART_SEPARATOR.join(texts) if texts else None)
+
+
 class InputItem(BaseModel):
     """One input item; which fields it needs depends on its type (checked below). A message
-    may leave out `type` (the SDK's "easy" messages); other keys (`id`, `status`) are ignored."""
+    may leave out `type` (the SDK's "easy" messages); other keys (`id`, `status`) are ignored.
+    A reasoning item is its thoughts' text, in `content` (ReasoningItem)."""
 
     type: Literal["message", "function_call", "function_call_output", "reasoning"] = "message"
     role: Literal["system", "developer", "user", "assistant"] | None = None
-    content: TextParts | None = None  # message
+    content: TextParts | None = None  # message, reasoning
     call_id: Text | None = None  # function_call, function_call_output
     name: Name | None = None  # function_call
     arguments: Text | None = None  # function_call: JSON text
@@ -110,9 +135,9 @@ def _item(value: Any, i: int) -> InputItem:
     kind = value.get("type", "message")
     if kind not in ("message", "function_call", "function_call_output", "reasoning"):
         raise invalid(f"{show(kind)} is not supported by this server", f"{i}.type")
-    if kind == "reasoning":  # dropped unread (its summary_text / reasoning_text parts too)
-        return InputItem(type="reasoning")
     try:
+        if kind == "reasoning":
+            return ReasoningItem.model_validate(value).as_input()
         return InputItem.model_validate(value)
     except ValidationError as exc:
         param, message = describe(exc)

@@ -96,6 +96,7 @@ def test_items_become_turns_in_order():
         {
             "role": "assistant",
             "content": "b",
+            "reasoning_content": "Hmm.",  # the reasoning item before it (not its summary)
             "tool_calls": [
                 {"id": "c1", "name": "f", "arguments": "{}"},
                 {"id": "c2", "name": "g", "arguments": '{"x":1}'},
