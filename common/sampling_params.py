@@ -144,6 +144,8 @@ RESERVED_TEMPLATE_KWARGS = frozenset(
         "return_dict",
         "return_assistant_tokens_mask",
         "tokenizer_kwargs",
+        "raise_exception",  # the functions transformers gives templates
+        "strftime_now",
     }
 )
 

@@ -83,7 +83,17 @@ class Tokenizer:
                 extra["tools"] = template_tools(tools)
         else:
             rendered = list(generic_messages(messages, tools))
-        return self._apply_template(rendered, extra)
+        try:
+            return self._apply_template(rendered, extra)
+        except Exception as exc:
+            if not template_kwargs:
+                raise
+            # The same chat renders without them: the request's variables broke the template.
+            self._apply_template(
+                rendered, {k: v for k, v in extra.items() if k not in template_kwargs}
+            )
+            message = f"chat_template_kwargs: the chat template fails with them: {exc}"
+            raise RequestError(message, "chat_template_kwargs") from None
 
     def _apply_template(self, messages: list[dict[str, Any]], extra: dict[str, Any]) -> list[int]:
         """The template over `messages`; one that refuses a system turn past the first

@@ -13,6 +13,7 @@ import pytest
 from common.sampling_params import SamplingParams
 from tests.worker.reasoning_model import ANSWER, REASONING, TEMPLATE, build_reasoning_model
 from worker.engine.inference_engine import InferenceEngine
+from worker.engine.request import RequestFactory
 from worker.engine.sequence import TokenEvent
 from worker.errors import RequestError
 from worker.text.tokenizer import Tokenizer
@@ -132,19 +133,11 @@ def test_a_prompt_that_opens_the_reasoning_starts_the_answer_inside_it(
 ):
     # DeepSeek-R1's templates end the generation prompt with "<think>\n", and know no
     # enable_thinking.
-    opened = tmp_path / "opened"
-    opened.mkdir()
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (opened / name).write_bytes((model_dir / name).read_bytes())
     template = TEMPLATE.read_text().replace(
         "{{- '<|im_start|>assistant\\n' }}", "{{- '<|im_start|>assistant\\n<think>\\n' }}"
     )
     template = template.replace("enable_thinking is defined", "false")
-    assert template != TEMPLATE.read_text()
-    (opened / "chat_template.jinja").write_text(template)
-    from worker.engine.request import RequestFactory
-
-    factory = RequestFactory(Tokenizer(opened), 512)
+    factory = RequestFactory(Tokenizer(with_template(tmp_path, model_dir, template)), 512)
     ids = factory.prompt_token_ids(HI)
     [seq] = factory.build("r", ids, SamplingParams(), lambda event: None)
     assert seq.reasoning_parser is not None and seq.reasoning_parser.in_reasoning
@@ -156,7 +149,27 @@ def test_a_prompt_that_opens_the_reasoning_starts_the_answer_inside_it(
     assert seq.reasoning_parser is None
 
 
-@pytest.mark.parametrize("key", ["add_generation_prompt", "tools", "not-a-name"])
+def with_template(tmp_path: Path, model_dir: Path, template: str) -> Path:
+    """`model_dir`'s tokenizer with another chat template."""
+    folder = tmp_path / "template"
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).write_bytes((model_dir / name).read_bytes())
+    (folder / "chat_template.jinja").write_text(template)
+    return folder
+
+
+def test_variables_that_break_the_template_are_a_request_error(tmp_path: Path, model_dir: Path):
+    template = "{% set n = n if n is defined else 0 %}{{ n + 1 }}{{ messages[0].content }}"
+    tokenizer = Tokenizer(with_template(tmp_path, model_dir, template))
+    assert tokenizer.decode(tokenizer.encode_chat(HI, template_kwargs={"n": 2}), False) == "3Hi"
+    with pytest.raises(RequestError) as caught:
+        tokenizer.encode_chat(HI, template_kwargs={"n": "two"})
+    assert caught.value.param == "chat_template_kwargs"
+    assert str(caught.value).startswith("chat_template_kwargs: the chat template fails with them")
+
+
+@pytest.mark.parametrize("key", ["add_generation_prompt", "tools", "not-a-name", "raise_exception"])
 def test_template_variables_the_server_sets_are_refused(key: str):
     with pytest.raises(RequestError) as caught:
         SamplingParams(chat_template_kwargs={key: True})
