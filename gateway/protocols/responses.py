@@ -16,7 +16,11 @@ from gateway.protocols.base import (
 )
 from gateway.protocols.bodies import checked_params
 from gateway.protocols.responses_body import AllowedTools, ResponsesBody
-from gateway.protocols.responses_input import input_messages, output_messages
+from gateway.protocols.responses_input import (
+    input_item_objects,
+    input_messages,
+    output_messages,
+)
 from gateway.protocols.responses_stream import Event, ResponsesRequest, ResponseStream
 from gateway.protocols.structured import openai_response_format
 from gateway.protocols.tools import responses_tools
@@ -59,6 +63,7 @@ class ResponsesResponseBuilder(ResponseBuilder):
             store=request.store is not False,
             logprobs=LOGPROBS in (request.include or []),
             ignored_tools=tuple(ignored),
+            input_items=list(request.input or []),
         )
 
     def response_headers(self, request: ChatRequest) -> dict[str, str]:
@@ -124,7 +129,8 @@ class ResponsesResponseBuilder(ResponseBuilder):
         if stream.request.store:
             response = stream.response()
             conversation = stream.request.history + output_messages(response["output"])
-            self.store.put(response, conversation)
+            items = input_item_objects(stream.request.input_items, stream.response_id)
+            self.store.put(response, conversation, items)
         return _sse(events)
 
     def stream_error(self, state: StreamState, error: GatewayError) -> list[str]:

@@ -62,3 +62,41 @@ def output_messages(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if calls:
         turn["tool_calls"] = calls
     return [turn]
+
+
+def input_item_objects(items: list[InputItem], response_id: str) -> list[dict[str, Any]]:
+    """A request's input items as `GET /v1/responses/{id}/input_items` lists them: each with
+    an id made from the response's and its place (`msg_…_in0`), in the API's item shapes."""
+    suffix = response_id.removeprefix("resp_")
+    objects = []
+    for i, item in enumerate(items):
+        shaped: dict[str, Any]
+        if item.type == "message":
+            part = "output_text" if item.role == "assistant" else "input_text"
+            content: dict[str, Any] = {"type": part, "text": item.content or ""}
+            if part == "output_text":
+                content["annotations"] = []
+            shaped = {"type": "message", "role": item.role, "content": [content]}
+        elif item.type == "function_call":
+            shaped = {"type": "function_call", "call_id": item.call_id, "name": item.name}
+            shaped["arguments"] = item.arguments
+        elif item.type == "function_call_output":
+            shaped = {
+                "type": "function_call_output",
+                "call_id": item.call_id,
+                "output": item.output,
+            }
+        else:
+            text = [{"type": "reasoning_text", "text": item.content}] if item.content else []
+            shaped = {"type": "reasoning", "summary": [], "content": text}
+        prefix = _ID_PREFIXES[item.type]
+        objects.append({"id": f"{prefix}_{suffix}_in{i}", **shaped, "status": "completed"})
+    return objects
+
+
+_ID_PREFIXES = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "reasoning": "rs",
+}

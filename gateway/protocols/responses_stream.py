@@ -46,6 +46,7 @@ class ResponsesRequest(ChatRequest):
     store: bool = True
     logprobs: bool = False  # include: message.output_text.logprobs
     ignored_tools: tuple[str, ...] = ()
+    input_items: list[Any] = field(default_factory=list)  # its `input`, as read (InputItem)
 
 
 class ResponseStream:
