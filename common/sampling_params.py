@@ -211,6 +211,9 @@ class SamplingParams(BaseModel):
     # The chat ends with an assistant message the answer continues (the prefill idiom),
     # rather than a turn it answers.
     continue_final_message: Annotated[bool, boolean()] = False
+    # A chat too long for the context loses its oldest turns until it fits (the Responses
+    # API's truncation "auto"); otherwise it is refused.
+    drop_oldest_turns: Annotated[bool, boolean()] = False
     # Variables for the chat template (vLLM's field), e.g. {"enable_thinking": False}.
     chat_template_kwargs: Annotated[dict[str, Any], PlainValidator(_template_kwargs)] = {}
     # (token id, bias) pairs added to the logits before sampling (OpenAI's logit_bias).

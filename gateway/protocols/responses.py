@@ -155,6 +155,7 @@ def _params(body: ResponsesBody, tools: dict[str, Any]) -> dict[str, Any]:
         "logprobs": True if logprobs else None,
         "top_logprobs": body.top_logprobs if logprobs else None,
         "structured_output": structured,
+        "drop_oldest_turns": True if body.truncation == "auto" else None,
     }
     params: dict[str, Any] = {"n": 1}
     params.update((key, value) for key, value in optional.items() if value is not None)

@@ -21,6 +21,7 @@ from worker.text.reasoning_format import closing_suffix, reasoning_parser, templ
 from worker.text.stop_strings import StopStringMatcher
 from worker.text.tokenizer import Tokenizer
 from worker.text.tool_parser import ToolCallParser
+from worker.text.turn_truncation import fit_turns
 
 Message = Mapping[str, Any]
 PROMPT_TAIL_TOKENS = 32  # the end of a prompt read for an opened reasoning tag
@@ -73,8 +74,16 @@ class RequestFactory:
         self, prompt: Prompt, chat: bool = True, params: SamplingParams | None = None
     ) -> list[int]:
         """A prompt's ids; a chat through the template with `params`' tools and template
-        variables (reasoning off where the answer is constrained: reasoning_format.py)."""
+        variables (reasoning off where the answer is constrained: reasoning_format.py),
+        without its oldest turns where they do not fit and `drop_oldest_turns` says so."""
         params = params or SamplingParams()
+        if params.drop_oldest_turns and not isinstance(prompt, str):
+            budget = self.max_model_len - (params.max_tokens or 1)
+            render = lambda kept: self._rendered(kept, chat, params)  # noqa: E731
+            return fit_turns(prompt, render, lambda ids: len(ids) <= budget)
+        return self._rendered(prompt, chat, params)
+
+    def _rendered(self, prompt: Prompt, chat: bool, params: SamplingParams) -> list[int]:
         ids = self._prompt_ids(prompt, chat, params)
         if self.is_templated(prompt, chat):
             tail = self._prompt_tail(ids)
