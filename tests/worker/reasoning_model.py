@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.worker.model_factory import ARCHITECTURES
+
 REASONING = "Let me think"
 ANSWER = "Hello!"
 TEMPLATE = Path(__file__).parent / "fixtures" / "qwen3_chat_template.jinja"
@@ -24,28 +26,22 @@ def build_reasoning_model(target: Path, tokenizer_dir: Path) -> Path:
     """The model folder (config, safetensors, tokenizer with Qwen3's template) at `target`."""
     import torch
     from tokenizers import AddedToken
-    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAGS])
     tokenizer.chat_template = TEMPLATE.read_text()
     tokenizer.save_pretrained(str(target))
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=1024,
-        tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
-    )
+    # The tests' tiny Qwen3 shape, with this tokenizer's vocabulary and room for a chat.
+    spec = {
+        **ARCHITECTURES["qwen3"],
+        "vocab_size": len(tokenizer),
+        "max_position_embeddings": 1024,
+        "tie_word_embeddings": False,
+    }
+    config = AutoConfig.for_model(**spec)
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(config)
+    model = AutoModelForCausalLM.from_config(config)
     chain = successor_chain(tokenizer)
     with torch.no_grad():
         for layer in model.model.layers:
