@@ -85,9 +85,9 @@ class RequestFactory:
 
     def _rendered(self, prompt: Prompt, chat: bool, params: SamplingParams) -> list[int]:
         ids = self._prompt_ids(prompt, chat, params)
-        if self.is_templated(prompt, chat):
-            tail = self._prompt_tail(ids)
-            suffix = closing_suffix(tail, self.tokenizer.reasoning_tags, params)
+        tags = self.tokenizer.reasoning_tags
+        if tags is not None and params.is_constrained and self.is_templated(prompt, chat):
+            suffix = closing_suffix(self._prompt_tail(ids), tags, params)
             ids += self.tokenizer.encode(suffix, add_special_tokens=False) if suffix else []
         return ids
 
