@@ -1,6 +1,8 @@
 """A loopback HTTP proxy for agents that never send `tool_choice` (Claude Code): it forces a
-named tool call on the first /v1/messages request that offers the tool, forbids tools on the
-request that brings its result back, and forwards everything else as it is."""
+named tool call on the first /v1/messages request that offers the tool, and on the requests
+that bring its result back forbids tools and keeps the answer short (greedy, ending at the
+first period or newline: under Claude Code's small output cap a longer answer would be cut,
+which Claude Code reports as an error); everything else goes through as it is."""
 
 from __future__ import annotations
 
@@ -11,13 +13,14 @@ from typing import Any
 
 import httpx
 
+ANSWER_MAX_TOKENS = 200  # the short answer after the result ends well before this
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
 
 
 class ForcingProxy:
     """Forward to `upstream`; `bodies` holds each /v1/messages body as it was sent on."""
 
-    def __init__(self, upstream: str, tool: str, max_tokens: int) -> None:
+    def __init__(self, upstream: str, tool: str, max_tokens: int = 64) -> None:
         self.upstream = upstream
         self.tool = tool
         self.max_tokens = max_tokens
@@ -46,9 +49,12 @@ class ForcingProxy:
         with self._lock:
             if _holds_tool_result(body):
                 body["tool_choice"] = {"type": "none"}
+                body.update(max_tokens=ANSWER_MAX_TOKENS, stop_sequences=[".", "\n"])
+                body["temperature"] = 0
             elif not self.forced and any(t.get("name") == self.tool for t in body.get("tools", [])):
                 body["tool_choice"] = {"type": "tool", "name": self.tool}
                 body["max_tokens"] = self.max_tokens  # room for the call's arguments
+                body["temperature"] = 0
                 self.forced = True
             self.bodies.append(body)
         return body

@@ -92,7 +92,7 @@ def test_claude_runs_a_forced_tool_call_and_sends_its_result_back(agent_server: 
     # Claude Code never sends tool_choice: a proxy in front of the server forces a call to its
     # Read tool (grammar-constrained to Read's schema) on the first request, and a text answer
     # once the result is back.
-    with ForcingProxy(agent_server.url, "Read", max_tokens=64) as proxy:
+    with ForcingProxy(agent_server.url, "Read") as proxy:
         result = claude(proxy, home, "-p", "Read the file notes.txt")
     assert_success(result)
     forced = next(b for b in proxy.bodies if b.get("tool_choice", {}).get("type") == "tool")
