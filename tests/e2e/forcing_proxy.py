@@ -25,7 +25,6 @@ class ForcingProxy:
         self.tool = tool
         self.max_tokens = max_tokens
         self.bodies: list[dict[str, Any]] = []
-        self.forced = False
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -45,17 +44,17 @@ class ForcingProxy:
         self._thread.join(10)
 
     def rewrite(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The forced call first; once a tool result comes back, a text answer."""
+        """The forced call until a result comes back (a request retried is forced again);
+        then a short text answer."""
         with self._lock:
             if _holds_tool_result(body):
                 body["tool_choice"] = {"type": "none"}
                 body.update(max_tokens=ANSWER_MAX_TOKENS, stop_sequences=[".", "\n"])
                 body["temperature"] = 0
-            elif not self.forced and any(t.get("name") == self.tool for t in body.get("tools", [])):
+            elif any(tool.get("name") == self.tool for tool in body.get("tools", [])):
                 body["tool_choice"] = {"type": "tool", "name": self.tool}
                 body["max_tokens"] = self.max_tokens  # room for the call's arguments
                 body["temperature"] = 0
-                self.forced = True
             self.bodies.append(body)
         return body
 
@@ -73,21 +72,22 @@ class ForcingProxy:
                 self._forward(raw)
 
             def _forward(self, raw: bytes | None) -> None:
+                """The answer passed on as it arrives (an SSE stream keeps the client
+                waiting through a long prefill, as the server itself does)."""
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
-                reply = httpx.request(
-                    self.command,
-                    proxy.upstream + self.path,
-                    headers=headers,
-                    content=raw,
-                    timeout=900,
-                )
-                self.send_response(reply.status_code)
-                for key, value in reply.headers.items():
-                    if key.lower() not in HOP_HEADERS and key.lower() != "content-encoding":
-                        self.send_header(key, value)
-                self.send_header("content-length", str(len(reply.content)))
-                self.end_headers()
-                self.wfile.write(reply.content)
+                url = proxy.upstream + self.path
+                with (
+                    httpx.Client(timeout=None) as client,
+                    client.stream(self.command, url, headers=headers, content=raw) as reply,
+                ):
+                    self.send_response(reply.status_code)
+                    for key, value in reply.headers.items():
+                        if key.lower() not in HOP_HEADERS and key.lower() != "content-encoding":
+                            self.send_header(key, value)
+                    self.end_headers()  # HTTP/1.0: the body ends when the connection closes
+                    for chunk in reply.iter_bytes():
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
 
             def log_message(self, *args: Any) -> None:
                 pass
