@@ -24,6 +24,7 @@ from common.validation import (
 )
 from gateway.protocols.bodies import MAX_TOOLS, RequestBody, Unsupported, is_null
 from gateway.protocols.openai_fields import Bool, PositiveCount
+from gateway.protocols.reasoning_item_body import ReasoningItem
 
 Text = Annotated[str, text()]
 Name = Annotated[str, text(non_empty=True)]
@@ -67,34 +68,10 @@ def _text_parts(value: Any) -> str:
 TextParts = Annotated[str, PlainValidator(_text_parts)]
 
 
-class ReasoningText(BaseModel):
-    type: Literal["reasoning_text"]
-    text: Text
-
-
-class SummaryText(BaseModel):
-    type: Literal["summary_text"]
-    text: Text
-
-
-class ReasoningItem(BaseModel):
-    """A reasoning item: its `reasoning_text` parts are the thoughts (joined by newlines);
-    a summary or an `encrypted_content` (another provider's) is checked, not read."""
-
-    type: Literal["reasoning"]
-    summary: list[SummaryText] = []
-    content: list[ReasoningText] | None = None
-    encrypted_content: Text | None = None
-
-    def as_input(self) -> InputItem:
-        texts = [part.text for part in self.content or []]
-        return InputItem(type="reasoning", content=PART_SEPARATOR.join(texts) if texts else None)
-
-
 class InputItem(BaseModel):
     """One input item; which fields it needs depends on its type (checked below). A message
     may leave out `type` (the SDK's "easy" messages); other keys (`id`, `status`) are ignored.
-    A reasoning item is its thoughts' text, in `content` (ReasoningItem)."""
+    A reasoning item is its thoughts' text, in `content` (reasoning_item_body.py)."""
 
     type: Literal["message", "function_call", "function_call_output", "reasoning"] = "message"
     role: Literal["system", "developer", "user", "assistant"] | None = None
@@ -137,7 +114,8 @@ def _item(value: Any, i: int) -> InputItem:
         raise invalid(f"{show(kind)} is not supported by this server", f"{i}.type")
     try:
         if kind == "reasoning":
-            return ReasoningItem.model_validate(value).as_input()
+            thoughts = ReasoningItem.model_validate(value).thoughts
+            return InputItem(type="reasoning", content=thoughts)
         return InputItem.model_validate(value)
     except ValidationError as exc:
         param, message = describe(exc)
