@@ -2,7 +2,8 @@
 
 Both sides read them with these models, so a chat gives the same prompt either way: content
 is a string or text parts joined by "\\n", roles are system, user, assistant and tool, an
-assistant turn may carry tool calls (its content may then be null).
+assistant turn may carry tool calls (its content may then be null) and its earlier
+reasoning (`reasoning_content`).
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ class ChatMessage(BaseModel):
     content: TextContent | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: Annotated[str, text()] | None = None
+    # An assistant turn's earlier reasoning, for templates that render it (Qwen3's).
+    reasoning_content: Annotated[str, text()] | None = None
 
     @model_validator(mode="after")
     def _content_or_calls(self) -> ChatMessage:
@@ -89,6 +92,8 @@ class ChatMessage(BaseModel):
             entry["tool_calls"] = [call.model_dump() for call in self.tool_calls]
         if self.role == "tool" and self.tool_call_id is not None:
             entry["tool_call_id"] = self.tool_call_id
+        if self.role == "assistant" and self.reasoning_content:
+            entry["reasoning_content"] = self.reasoning_content
         return entry
 
 

@@ -126,6 +126,41 @@ def _structured_output(value: Any) -> dict[str, Any] | None:
     return check_json_object(value)
 
 
+# apply_chat_template's own arguments: set by the server, never by a request.
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {
+        "conversation",
+        "messages",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tools",
+        "documents",
+        "chat_template",
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+        "raise_exception",  # the functions transformers gives templates
+        "strftime_now",
+    }
+)
+
+
+def _template_kwargs(value: Any) -> dict[str, Any]:
+    """Extra variables for the chat template (vLLM's chat_template_kwargs), e.g.
+    {"enable_thinking": false}: a JSON object keyed by identifiers it does not reserve."""
+    if not isinstance(value, dict):
+        raise invalid(f"must be an object, got {json_type(value)}")
+    for key in value:
+        if not key.isidentifier() or key in RESERVED_TEMPLATE_KWARGS:
+            raise invalid(f"may not set {show(key)}: not a template variable a request sets")
+    return check_json_object(value)
+
+
 def _count(low: int = 0) -> Any:
     return integer(low, None, MAX_COUNT)
 
@@ -176,6 +211,11 @@ class SamplingParams(BaseModel):
     # The chat ends with an assistant message the answer continues (the prefill idiom),
     # rather than a turn it answers.
     continue_final_message: Annotated[bool, boolean()] = False
+    # A chat too long for the context loses its oldest turns until it fits (the Responses
+    # API's truncation "auto"); otherwise it is refused.
+    drop_oldest_turns: Annotated[bool, boolean()] = False
+    # Variables for the chat template (vLLM's field), e.g. {"enable_thinking": False}.
+    chat_template_kwargs: Annotated[dict[str, Any], PlainValidator(_template_kwargs)] = {}
     # (token id, bias) pairs added to the logits before sampling (OpenAI's logit_bias).
     logit_bias: Annotated[tuple[tuple[int, float], ...], PlainValidator(_logit_bias)] = ()
 
@@ -224,6 +264,11 @@ class SamplingParams(BaseModel):
     def calls_tools(self) -> bool:
         """The answer may be tool calls (and is constrained to well-formed ones)."""
         return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def is_constrained(self) -> bool:
+        """A grammar decides the whole answer's shape (structured output or tool calls)."""
+        return self.structured_output is not None or self.calls_tools
 
     @property
     def has_penalties(self) -> bool:

@@ -80,7 +80,7 @@ class Rejected(Message):
 @dataclass(frozen=True)
 class Tokens(Message):
     """New text of one choice: its tokens, their logprobs if asked for, new parts of tool
-    calls (the text is then content only)."""
+    calls and new reasoning (the text is then the answer's only)."""
 
     tag: ClassVar[str] = "tokens"
     request_id: str
@@ -92,6 +92,8 @@ class Tokens(Message):
     # With a choice's first tokens, when asked for: each prompt token's logprob (the first
     # token has none).
     prompt_logprobs: list[TokenLogprob] | None = None
+    # New reasoning of a reasoning model (its thoughts, apart from `text`, the answer).
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from gateway.protocols.responses import IGNORED_TOOLS_HEADER, ResponsesResponseB
 from gateway.registry import WorkerRegistry
 from gateway.request_ids import RequestIdMiddleware, http_error
 from gateway.response_store import ResponseStore
-from gateway.responses_routes import delete_response, get_response
+from gateway.responses_routes import delete_response, get_response, list_input_items
 from gateway.router import make_policy
 from gateway.services import RequestServices
 from gateway.stats import GatewayMetrics, aggregate_stats
@@ -175,6 +175,11 @@ class Gateway:
                 "/v1/responses/{response_id}",
                 self._protected(self.responses, delete_response),
                 methods=["DELETE"],
+            ),
+            Route(
+                "/v1/responses/{response_id}/input_items",
+                self._protected(self.responses, list_input_items),
+                methods=["GET"],
             ),
             Route(
                 "/v1/messages/count_tokens",

@@ -12,13 +12,15 @@ from gateway.protocols.base import ChoiceResult
 
 @dataclass(frozen=True)
 class TokenDelta:
-    """New output of choice `index`: text, its tokens' logprobs, new parts of tool calls."""
+    """New output of choice `index`: text, its tokens' logprobs, new parts of tool calls,
+    new reasoning (which comes before the text and calls of the same delta)."""
 
     index: int
     text: str
     logprobs: list[TokenLogprob]
     tool_calls: list[ToolCallDelta]
     prompt_logprobs: list[TokenLogprob] | None = None  # with a choice's first tokens, if asked
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)

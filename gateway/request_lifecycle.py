@@ -198,7 +198,9 @@ class RequestLifecycle:
                     # An echoed prompt's tokens are part of the text: theirs lead the logprobs.
                     logprobs = [*prompt_logprobs, *logprobs]
                 delivered = True
-                yield TokenDelta(message.index, message.text, logprobs, parts, prompt_logprobs)
+                yield TokenDelta(
+                    message.index, message.text, logprobs, parts, prompt_logprobs, message.reasoning
+                )
             elif isinstance(message, Finished) and 0 <= message.index < n:
                 remaining -= 1
                 self._worker_done = remaining == 0

@@ -25,6 +25,7 @@ def add_event(result: ChatResult, event: RequestEvent) -> None:
     """One step of the fold; a failure raises its error (the answer is that error)."""
     if isinstance(event, TokenDelta):
         choice = result.choices[event.index]
+        choice.reasoning += event.reasoning
         choice.text += event.text
         choice.logprobs.extend(event.logprobs)
         if event.prompt_logprobs is not None:

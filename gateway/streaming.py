@@ -63,7 +63,10 @@ class SseAnswer:
                     continue
                 if isinstance(event, Restarted):  # events() never restarts a stream it began
                     raise RuntimeError("a stream cannot start over once it has begun")
-                pieces = builder.stream_tokens(state, event.index, event.text, event.logprobs)
+                pieces = []
+                if event.reasoning:
+                    pieces += builder.stream_reasoning(state, event.index, event.reasoning)
+                pieces += builder.stream_tokens(state, event.index, event.text, event.logprobs)
                 if event.tool_calls:
                     pieces += builder.stream_tool_calls(state, event.index, event.tool_calls)
                 if pieces:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from typing import Any
 
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
 from gateway.errors import GatewayError, anthropic_error
 from gateway.protocols.anthropic_body import MessagesBody
-from gateway.protocols.anthropic_context import applied_edits
+from gateway.protocols.anthropic_context import applied_edits, thinking_turns_kept
 from gateway.protocols.base import (
     ChatRequest,
     ChatResult,
@@ -23,14 +25,17 @@ from gateway.protocols.tools import anthropic_messages, anthropic_tools
 
 
 class AnthropicResponseBuilder(ResponseBuilder):
-    """Messages API: one text content block, streamed as named SSE events."""
+    """Messages API: a thinking block (a reasoning model's thoughts), a text block and
+    tool_use blocks, streamed as named SSE events; each block is closed before the next
+    starts, and a block starts when its first content arrives."""
 
     name = "anthropic"
     id_prefix = "msg_"
 
     def parse(self, body: Any) -> ChatRequest:
         request = MessagesBody.parse(body)
-        messages = anthropic_messages(request.messages)
+        kept = thinking_turns_kept(request.context_management)
+        messages = anthropic_messages(request.messages, kept)
         if request.system is not None:
             messages.insert(0, {"role": "system", "content": request.system})
         # The API has no n. A max_tokens past what the context leaves is cut to it, the
@@ -46,6 +51,9 @@ class AnthropicResponseBuilder(ResponseBuilder):
         }
         params.update((key, value) for key, value in optional.items() if value is not None)
         params.update(anthropic_tools(request))
+        if request.thinking is not None and request.thinking.type == "disabled":
+            # A template that can turn its reasoning off (Qwen3's) renders it off.
+            params["chat_template_kwargs"] = {"enable_thinking": False}
         last = messages[-1]
         if last["role"] == "assistant" and last["content"] and not last.get("tool_calls"):
             # A final assistant turn is a prefill the answer continues, as Anthropic does.
@@ -94,46 +102,37 @@ class AnthropicResponseBuilder(ResponseBuilder):
             "stop_sequence": None,
             "usage": {"input_tokens": state.prompt_tokens, "output_tokens": 0},
         }
-        block = {"type": "text", "text": ""}
-        return [
-            sse_event("message_start", {"type": "message_start", "message": message}),
-            sse_event(
-                "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": block},
-            ),
-        ]
+        return [sse_event("message_start", {"type": "message_start", "message": message})]
+
+    def stream_reasoning(self, state: StreamState, index: int, text: str) -> list[str]:
+        blocks = _blocks(state)
+        events = [] if blocks.open == "thinking" else blocks.start({"type": "thinking"})
+        blocks.thinking += text
+        return [*events, blocks.delta({"type": "thinking_delta", "thinking": text})]
 
     def stream_tokens(
         self, state: StreamState, index: int, text: str, logprobs: list[TokenLogprob]
     ) -> list[str]:
         if not text:
             return []
-        delta = {"type": "text_delta", "text": text}
-        payload = {"type": "content_block_delta", "index": 0, "delta": delta}
-        return [sse_event("content_block_delta", payload)]
+        blocks = _blocks(state)
+        events = [] if blocks.open == "text" else blocks.start({"type": "text"})
+        return [*events, blocks.delta({"type": "text_delta", "text": text})]
 
     def stream_tool_calls(
         self, state: StreamState, index: int, parts: list[ToolCallDelta]
     ) -> list[str]:
-        # Block 0 is the text block stream_start opened; each call is a tool_use block after it.
-        events = []
+        # A forced call follows an empty text block (unless thoughts came first).
+        blocks = _blocks(state)
+        events = [] if blocks.open is not None else blocks.start({"type": "text"})
         for part in parts:
-            block = state.flags.get("block", 0)
             if part.name is not None:
-                events.append(_block_stop(block))
-                block = state.flags["block"] = block + 1
-                start = {
-                    "type": "tool_use",
-                    "id": f"toolu_{part.id}",
-                    "name": part.name,
-                    "input": {},
-                }
-                payload = {"type": "content_block_start", "index": block, "content_block": start}
-                events.append(sse_event("content_block_start", payload))
+                start = {"type": "tool_use", "id": f"toolu_{part.id}", "name": part.name}
+                events += blocks.start({**start, "input": {}})
             if part.arguments:
-                delta = {"type": "input_json_delta", "partial_json": part.arguments}
-                payload = {"type": "content_block_delta", "index": block, "delta": delta}
-                events.append(sse_event("content_block_delta", payload))
+                events.append(
+                    blocks.delta({"type": "input_json_delta", "partial_json": part.arguments})
+                )
         return events
 
     def stream_choice_end(self, state: StreamState, choice: ChoiceResult) -> list[str]:
@@ -150,7 +149,9 @@ class AnthropicResponseBuilder(ResponseBuilder):
             },
             **state.request.response_fields,
         }
-        return [_block_stop(state.flags.get("block", 0)), sse_event("message_delta", message_delta)]
+        blocks = _blocks(state)
+        events = [] if blocks.open is not None else blocks.start({"type": "text"})
+        return [*events, *blocks.stop(), sse_event("message_delta", message_delta)]
 
     def stream_end(self, state: StreamState) -> list[str]:
         return [sse_event("message_stop", {"type": "message_stop"})]
@@ -163,13 +164,60 @@ class AnthropicResponseBuilder(ResponseBuilder):
         return anthropic_error(error)
 
 
-def _block_stop(index: int) -> str:
-    return sse_event("content_block_stop", {"type": "content_block_stop", "index": index})
+def signature(thinking: str) -> str:
+    """A thinking block's `signature`: a digest of its text (Anthropic's is an encrypted
+    proof; nothing here checks one that comes back)."""
+    return base64.b64encode(hashlib.sha256(thinking.encode("utf-8", "replace")).digest()).decode()
+
+
+class _Blocks:
+    """The content blocks of one streamed message: which is open, and the thinking so far
+    (its signature closes it)."""
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.open: str | None = None
+        self.thinking = ""
+
+    def start(self, block: dict[str, Any]) -> list[str]:
+        events = self.stop()
+        self.index, self.open = self.index + 1, block["type"]
+        if block["type"] == "thinking":
+            block = {**block, "thinking": "", "signature": ""}
+        elif block["type"] == "text":
+            block = {**block, "text": ""}
+        payload = {"type": "content_block_start", "index": self.index, "content_block": block}
+        return [*events, sse_event("content_block_start", payload)]
+
+    def delta(self, delta: dict[str, Any]) -> str:
+        payload = {"type": "content_block_delta", "index": self.index, "delta": delta}
+        return sse_event("content_block_delta", payload)
+
+    def stop(self) -> list[str]:
+        if self.open is None:
+            return []
+        events = []
+        if self.open == "thinking":
+            events.append(
+                self.delta({"type": "signature_delta", "signature": signature(self.thinking)})
+            )
+        self.open = None
+        stop = {"type": "content_block_stop", "index": self.index}
+        return [*events, sse_event("content_block_stop", stop)]
+
+
+def _blocks(state: StreamState) -> _Blocks:
+    blocks = state.flags.setdefault("blocks", _Blocks())
+    assert isinstance(blocks, _Blocks)
+    return blocks
 
 
 def _content(choice: ChoiceResult) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
-    if choice.text or not choice.tool_calls:
+    if choice.reasoning:
+        thinking = choice.reasoning
+        blocks.append({"type": "thinking", "thinking": thinking, "signature": signature(thinking)})
+    if choice.text or not (choice.tool_calls or choice.reasoning):
         blocks.append({"type": "text", "text": choice.text})
     for call in choice.tool_calls:
         try:

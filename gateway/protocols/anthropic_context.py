@@ -19,11 +19,20 @@ def num_thinking_turns(messages: list[Message]) -> int:
     )
 
 
+def thinking_turns_kept(management: ContextManagement | None) -> int | None:
+    """How many of the latest thinking turns keep their thinking after every edit; None: all.
+    The others' thinking is left out of the prompt (anthropic_messages)."""
+    kept = [edit.turns_kept for edit in management.edits] if management is not None else []
+    counts = [count for count in kept if count is not None]
+    return min(counts) if counts else None
+
+
 def applied_edits(management: ContextManagement, messages: list[Message]) -> list[dict[str, Any]]:
     """Each edit that cleared something: all but the latest `keep` thinking turns.
 
-    Thinking on input never reaches the prompt here (neutral turns carry no reasoning), so
-    clearing it removes no input token: `cleared_input_tokens` is 0, truthfully.
+    `cleared_input_tokens` is 0: the gateway has no tokenizer to count them with, and a
+    template that renders earlier thinking at all (Qwen3's) renders only that of the turns
+    after the latest user message.
     """
     applied = []
     remaining = num_thinking_turns(messages)

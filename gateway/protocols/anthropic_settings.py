@@ -3,7 +3,8 @@ management edits and output_config (effort, format), checked as the Messages API
 
 A model that does not reason has no thinking to budget or to show: `thinking` and `effort`
 are accepted and change nothing for it (the README says so); a reasoning model's thoughts
-would be `thinking` blocks. Context edits other than clearing thinking are refused by name.
+are `thinking` blocks, `disabled` turns them off where its template can (anthropic.py), and
+no budget is counted. Context edits other than clearing thinking are refused by name.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ CLEAR_THINKING = "clear_thinking_"  # clear_thinking_20251015 and the versions a
 class Thinking(BaseModel):
     """`{"type": "enabled", "budget_tokens": N}`, `{"type": "adaptive"}` or disabled.
 
-    A budget at or above max_tokens is accepted (Anthropic refuses it): with no thinking
-    to fit, it means nothing here, and Claude Code sends budget 1024 beside its
-    CLAUDE_CODE_MAX_OUTPUT_TOKENS cap whatever that is.
+    A budget at or above max_tokens is accepted (Anthropic refuses it): no budget is
+    counted here, and Claude Code sends budget 1024 beside its CLAUDE_CODE_MAX_OUTPUT_TOKENS
+    cap whatever that is.
     """
 
     type: Literal["enabled", "adaptive", "disabled"]

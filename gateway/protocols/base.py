@@ -77,6 +77,7 @@ class ChoiceResult:
     prompt_logprobs: list[TokenLogprob] | None = None  # each prompt token's, when asked for
     completion_tokens: int = 0
     tool_calls: list[ToolCall] = field(default_factory=list)
+    reasoning: str = ""  # a reasoning model's thoughts, apart from `text`
 
     def add_tool_call_parts(self, parts: list[ToolCallDelta]) -> None:
         for part in parts:
@@ -132,7 +133,8 @@ class ResponseBuilder(ABC):
     """One protocol: parse its requests, shape its responses, streams and errors.
 
     Adding a protocol is one subclass; the ProtocolHandler drives every builder the same way:
-    parse → (worker accepts) → stream_start, stream_tokens*, stream_choice_end per choice,
+    parse → (worker accepts) → stream_start, (stream_reasoning, stream_tokens,
+    stream_tool_calls)*, stream_choice_end per choice,
     stream_end; or format_response once everything has finished.
     """
 
@@ -153,6 +155,11 @@ class ResponseBuilder(ABC):
     def stream_tokens(
         self, state: StreamState, index: int, text: str, logprobs: list[TokenLogprob]
     ) -> list[str]: ...
+
+    def stream_reasoning(self, state: StreamState, index: int, text: str) -> list[str]:
+        """New reasoning of choice `index`, which comes before its text and tool calls (a
+        protocol without a place for it has nothing to send)."""
+        return []
 
     @abstractmethod
     def stream_tool_calls(

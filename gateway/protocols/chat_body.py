@@ -37,6 +37,9 @@ class Message(BaseModel):
     content: TextContent | None = None
     tool_calls: list[ToolCall] | None = None  # assistant turns
     tool_call_id: Text | None = None  # tool turns
+    # An assistant turn's earlier reasoning, under vLLM's older name or the newer one.
+    reasoning_content: Text | None = None
+    reasoning: Text | None = None
 
     @model_validator(mode="after")
     def _complete(self) -> Message:
@@ -100,6 +103,7 @@ class ChatBody(OpenAISampling):
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: Annotated[Any, PlainValidator(_tool_choice)] = None
     parallel_tool_calls: Bool | None = None
+    chat_template_kwargs: JsonObject | None = None  # vLLM's: the template's own variables
 
     @model_validator(mode="after")
     def _logprobs_asked(self) -> ChatBody:

@@ -75,6 +75,9 @@ class OpenAIResponseBuilder(OpenAIStreamBuilder):
             return []
         return [self.chunk(state, [_delta(index, {"content": text}, _logprobs(logprobs))])]
 
+    def stream_reasoning(self, state: StreamState, index: int, text: str) -> list[str]:
+        return [self.chunk(state, [_delta(index, _reasoning(text))])]
+
     def stream_tool_calls(
         self, state: StreamState, index: int, parts: list[ToolCallDelta]
     ) -> list[str]:
@@ -103,6 +106,7 @@ def _params(body: ChatBody) -> dict[str, Any]:
         "logprobs": body.logprobs,
         "top_logprobs": body.top_logprobs,
         "structured_output": openai_response_format(body.response_format),
+        "chat_template_kwargs": body.chat_template_kwargs,
     }
     params.update((key, value) for key, value in optional.items() if value is not None)
     params.update(openai_tools(body))
@@ -110,10 +114,11 @@ def _params(body: ChatBody) -> dict[str, Any]:
 
 
 def _message(choice: ChoiceResult) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", **_reasoning(choice.reasoning)}
     if not choice.tool_calls:
-        return {"role": "assistant", "content": choice.text}
+        return {**message, "content": choice.text}
     return {
-        "role": "assistant",
+        **message,
         "content": choice.text or None,
         "tool_calls": [
             {
@@ -124,6 +129,12 @@ def _message(choice: ChoiceResult) -> dict[str, Any]:
             for call in choice.tool_calls
         ],
     }
+
+
+def _reasoning(text: str) -> dict[str, str]:
+    """A reasoning model's thoughts under both names clients read: vLLM's
+    `reasoning_content`, and `reasoning`, which newer clients read."""
+    return {"reasoning_content": text, "reasoning": text} if text else {}
 
 
 def _logprobs(logprobs: list[TokenLogprob]) -> dict[str, Any] | None:

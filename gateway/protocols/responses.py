@@ -16,7 +16,11 @@ from gateway.protocols.base import (
 )
 from gateway.protocols.bodies import checked_params
 from gateway.protocols.responses_body import AllowedTools, ResponsesBody
-from gateway.protocols.responses_input import input_messages, output_messages
+from gateway.protocols.responses_input import (
+    input_item_objects,
+    input_messages,
+    output_messages,
+)
 from gateway.protocols.responses_stream import Event, ResponsesRequest, ResponseStream
 from gateway.protocols.structured import openai_response_format
 from gateway.protocols.tools import responses_tools
@@ -59,6 +63,7 @@ class ResponsesResponseBuilder(ResponseBuilder):
             store=request.store is not False,
             logprobs=LOGPROBS in (request.include or []),
             ignored_tools=tuple(ignored),
+            input_items=list(request.input or []),
         )
 
     def response_headers(self, request: ChatRequest) -> dict[str, str]:
@@ -79,6 +84,8 @@ class ResponsesResponseBuilder(ResponseBuilder):
         )
         choice = result.choices[0]
         self.stream_start(state)
+        if choice.reasoning:
+            self.stream_reasoning(state, 0, choice.reasoning)
         self.stream_tokens(state, 0, choice.text, choice.logprobs)
         parts = [
             part
@@ -105,6 +112,9 @@ class ResponsesResponseBuilder(ResponseBuilder):
     ) -> list[str]:
         return _sse(_stream(state).add_text(text, logprobs))
 
+    def stream_reasoning(self, state: StreamState, index: int, text: str) -> list[str]:
+        return _sse(_stream(state).add_reasoning(text))
+
     def stream_tool_calls(
         self, state: StreamState, index: int, parts: list[ToolCallDelta]
     ) -> list[str]:
@@ -119,7 +129,8 @@ class ResponsesResponseBuilder(ResponseBuilder):
         if stream.request.store:
             response = stream.response()
             conversation = stream.request.history + output_messages(response["output"])
-            self.store.put(response, conversation)
+            items = input_item_objects(stream.request.input_items, stream.response_id)
+            self.store.put(response, conversation, items)
         return _sse(events)
 
     def stream_error(self, state: StreamState, error: GatewayError) -> list[str]:
@@ -144,6 +155,7 @@ def _params(body: ResponsesBody, tools: dict[str, Any]) -> dict[str, Any]:
         "logprobs": True if logprobs else None,
         "top_logprobs": body.top_logprobs if logprobs else None,
         "structured_output": structured,
+        "drop_oldest_turns": True if body.truncation == "auto" else None,
     }
     params: dict[str, Any] = {"n": 1}
     params.update((key, value) for key, value in optional.items() if value is not None)

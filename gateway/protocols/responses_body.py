@@ -24,6 +24,7 @@ from common.validation import (
 )
 from gateway.protocols.bodies import MAX_TOOLS, RequestBody, Unsupported, is_null
 from gateway.protocols.openai_fields import Bool, PositiveCount
+from gateway.protocols.reasoning_item_body import ReasoningItem
 
 Text = Annotated[str, text()]
 Name = Annotated[str, text(non_empty=True)]
@@ -69,11 +70,12 @@ TextParts = Annotated[str, PlainValidator(_text_parts)]
 
 class InputItem(BaseModel):
     """One input item; which fields it needs depends on its type (checked below). A message
-    may leave out `type` (the SDK's "easy" messages); other keys (`id`, `status`) are ignored."""
+    may leave out `type` (the SDK's "easy" messages); other keys (`id`, `status`) are ignored.
+    A reasoning item is its thoughts' text, in `content` (reasoning_item_body.py)."""
 
     type: Literal["message", "function_call", "function_call_output", "reasoning"] = "message"
     role: Literal["system", "developer", "user", "assistant"] | None = None
-    content: TextParts | None = None  # message
+    content: TextParts | None = None  # message, reasoning
     call_id: Text | None = None  # function_call, function_call_output
     name: Name | None = None  # function_call
     arguments: Text | None = None  # function_call: JSON text
@@ -110,9 +112,10 @@ def _item(value: Any, i: int) -> InputItem:
     kind = value.get("type", "message")
     if kind not in ("message", "function_call", "function_call_output", "reasoning"):
         raise invalid(f"{show(kind)} is not supported by this server", f"{i}.type")
-    if kind == "reasoning":  # dropped unread (its summary_text / reasoning_text parts too)
-        return InputItem(type="reasoning")
     try:
+        if kind == "reasoning":
+            thoughts = ReasoningItem.model_validate(value).thoughts
+            return InputItem(type="reasoning", content=thoughts)
         return InputItem.model_validate(value)
     except ValidationError as exc:
         param, message = describe(exc)

@@ -1,7 +1,9 @@
 """One answer as the Responses API's numbered events; the response object is their fold.
 
 Events, in OpenAI's order: `response.created`, `response.in_progress`; per output item
-`response.output_item.added`, then for a message `response.content_part.added`,
+`response.output_item.added`, then for a reasoning item (a reasoning model's thoughts, first)
+`response.content_part.added`, `response.reasoning_text.delta`*, `response.reasoning_text.done`,
+`response.content_part.done`; for a message `response.content_part.added`,
 `response.output_text.delta`*, `response.output_text.done`, `response.content_part.done`, or
 for a function call `response.function_call_arguments.delta`*,
 `response.function_call_arguments.done`; then `response.output_item.done`; at the end
@@ -18,6 +20,16 @@ from typing import Any
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
 from gateway.errors import GatewayError
 from gateway.protocols.base import ChatRequest
+from gateway.protocols.responses_items import (
+    copy_item,
+    copy_part,
+    logprob,
+    message_item,
+    reasoning_item,
+    reasoning_part,
+    text_part,
+    without_bytes,
+)
 
 Event = dict[str, Any]
 
@@ -34,6 +46,7 @@ class ResponsesRequest(ChatRequest):
     store: bool = True
     logprobs: bool = False  # include: message.output_text.logprobs
     ignored_tools: tuple[str, ...] = ()
+    input_items: list[Any] = field(default_factory=list)  # its `input`, as read (InputItem)
 
 
 class ResponseStream:
@@ -65,7 +78,7 @@ class ResponseStream:
             "error": self.error,
             "incomplete_details": self.incomplete_details,
             "model": self.model,
-            "output": [_copy(item) for item in self.output],
+            "output": [copy_item(item) for item in self.output],
             "usage": self.usage,
             **self.request.settings,
         }
@@ -73,6 +86,18 @@ class ResponseStream:
     # -- events ----------------------------------------------------------------------------
     def start(self) -> list[Event]:
         return [self._lifecycle("response.created"), self._lifecycle("response.in_progress")]
+
+    def add_reasoning(self, text: str) -> list[Event]:
+        """New thoughts, in the reasoning item (opened first, before any other item)."""
+        events = []
+        if not self._is_open("reasoning"):
+            item = reasoning_item(self._item_id("rs"))
+            events = self._close() + self._open_with_part(item, reasoning_part())
+        item = self._open_item()
+        item["content"][0]["text"] += text
+        where = self._where(item)
+        events.append(self._event("response.reasoning_text.delta", **where, delta=text))
+        return events
 
     def add_text(self, text: str, logprobs: list[TokenLogprob]) -> list[Event]:
         if not text and not logprobs:
@@ -82,8 +107,8 @@ class ResponseStream:
         assert item is not None
         part = item["content"][0]
         part["text"] += text
-        delta_logprobs = [_logprob(entry, with_bytes=False) for entry in self._kept(logprobs)]
-        part["logprobs"] += [_logprob(entry, with_bytes=True) for entry in self._kept(logprobs)]
+        delta_logprobs = [logprob(entry, with_bytes=False) for entry in self._kept(logprobs)]
+        part["logprobs"] += [logprob(entry, with_bytes=True) for entry in self._kept(logprobs)]
         delta = {"delta": text, "logprobs": delta_logprobs}
         events.append(self._event("response.output_text.delta", **self._where(item), **delta))
         return events
@@ -151,24 +176,14 @@ class ResponseStream:
 
     # -- items -----------------------------------------------------------------------------
     def _open_message(self) -> list[Event]:
-        part: dict[str, Any] = {
-            "type": "output_text",
-            "annotations": [],
-            "logprobs": [],
-            "text": "",
-        }
-        item: dict[str, Any] = {
-            "id": self._item_id("msg"),
-            "type": "message",
-            "status": "in_progress",
-            "role": "assistant",
-            "content": [],
-        }
+        return self._open_with_part(message_item(self._item_id("msg")), text_part())
+
+    def _open_with_part(self, item: dict[str, Any], part: dict[str, Any]) -> list[Event]:
+        """A message or reasoning item added, then its one content part."""
         events = self._add(item)
         item["content"].append(part)
-        events.append(
-            self._event("response.content_part.added", **self._where(item), part=_copy(part))
-        )
+        where = self._where(item)
+        events.append(self._event("response.content_part.added", **where, part=copy_part(part)))
         return events
 
     def _add(self, item: dict[str, Any]) -> list[Event]:
@@ -176,7 +191,9 @@ class ResponseStream:
         self._open = item
         return [
             self._event(
-                "response.output_item.added", output_index=len(self.output) - 1, item=_copy(item)
+                "response.output_item.added",
+                output_index=len(self.output) - 1,
+                item=copy_item(item),
             )
         ]
 
@@ -188,15 +205,19 @@ class ResponseStream:
         index = len(self.output) - 1
         item["status"] = self._item_status
         events = []
-        if item["type"] == "message":
+        if item["type"] in ("message", "reasoning"):
             part = item["content"][0]
             where = self._where(item)
-            logprobs = [_without_bytes(entry) for entry in part["logprobs"]]
-            text, done_part = part["text"], _copy(part)
-            events.append(
-                self._event("response.output_text.done", **where, text=text, logprobs=logprobs)
-            )
-            events.append(self._event("response.content_part.done", **where, part=done_part))
+            if item["type"] == "reasoning":
+                done = self._event("response.reasoning_text.done", **where, text=part["text"])
+            else:
+                logprobs = [without_bytes(entry) for entry in part["logprobs"]]
+                text = part["text"]
+                done = self._event(
+                    "response.output_text.done", **where, text=text, logprobs=logprobs
+                )
+            events.append(done)
+            events.append(self._event("response.content_part.done", **where, part=copy_part(part)))
         else:
             where = {"item_id": item["id"], "output_index": index}
             arguments = item["arguments"]
@@ -204,7 +225,7 @@ class ResponseStream:
                 self._event("response.function_call_arguments.done", **where, arguments=arguments)
             )
         events.append(
-            self._event("response.output_item.done", output_index=index, item=_copy(item))
+            self._event("response.output_item.done", output_index=index, item=copy_item(item))
         )
         return events
 
@@ -231,31 +252,3 @@ class ResponseStream:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
         self._sequence += 1
         return event
-
-
-def _logprob(entry: TokenLogprob, *, with_bytes: bool) -> dict[str, Any]:
-    """A token's logprob as output_text parts carry it (with bytes), or as deltas do."""
-
-    def one(token: str, logprob: float | None) -> dict[str, Any]:
-        shaped: dict[str, Any] = {"token": token, "logprob": logprob}
-        if with_bytes:  # errors="replace": half a code point must not fail the response
-            shaped["bytes"] = list(token.encode("utf-8", "replace"))
-        return shaped
-
-    top = [one(alt.text, alt.logprob) for alt in entry.top]
-    return {**one(entry.text, entry.logprob), "top_logprobs": top}
-
-
-def _without_bytes(entry: dict[str, Any]) -> dict[str, Any]:
-    top = [{"token": t["token"], "logprob": t["logprob"]} for t in entry["top_logprobs"]]
-    return {"token": entry["token"], "logprob": entry["logprob"], "top_logprobs": top}
-
-
-def _copy(item: dict[str, Any]) -> dict[str, Any]:
-    """A snapshot of an item: later deltas must not change an event already made."""
-    copied = dict(item)
-    if "content" in copied:
-        copied["content"] = [
-            {**part, "logprobs": list(part["logprobs"])} for part in item["content"]
-        ]
-    return copied

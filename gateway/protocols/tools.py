@@ -17,6 +17,7 @@ from common.tool_calls import tool_call_grammar
 from common.validation import show
 from gateway.errors import GatewayError
 from gateway.protocols import anthropic_body, chat_body, responses_body
+from gateway.protocols.anthropic_context import THINKING_BLOCKS, num_thinking_turns
 
 
 def openai_tools(body: chat_body.ChatBody) -> dict[str, Any]:
@@ -108,7 +109,8 @@ def responses_tools(body: responses_body.ResponsesBody) -> tuple[dict[str, Any],
 
 
 def openai_messages(messages: list[chat_body.Message]) -> list[dict[str, Any]]:
-    """Neutral turns: `developer` is `system`; assistant tool_calls and `tool` turns kept."""
+    """Neutral turns: `developer` is `system`; assistant tool_calls, reasoning (either
+    name; `reasoning_content` first) and `tool` turns kept."""
     neutral = []
     for message in messages:
         entry: dict[str, Any] = {
@@ -126,6 +128,9 @@ def openai_messages(messages: list[chat_body.Message]) -> list[dict[str, Any]]:
             ]
         if message.role == "tool":
             entry["tool_call_id"] = message.tool_call_id
+        reasoning = message.reasoning_content or message.reasoning
+        if message.role == "assistant" and reasoning:
+            entry["reasoning_content"] = reasoning
         neutral.append(entry)
     return neutral
 
@@ -153,14 +158,23 @@ def _with_examples(description: str | None, examples: list[dict[str, Any]] | Non
     return f"{description or ''}\n\nInput examples:\n{lines}".lstrip("\n")
 
 
-def anthropic_messages(messages: list[anthropic_body.Message]) -> list[dict[str, Any]]:
+def anthropic_messages(
+    messages: list[anthropic_body.Message], thinking_kept: int | None = None
+) -> list[dict[str, Any]]:
     """Neutral turns: tool_use blocks become an assistant turn's tool_calls, and each
     tool_result block a `tool` turn, in order; a system turn stays where it stands.
-    Thinking blocks are left out: neutral turns carry no reasoning to render."""
+    `thinking` blocks are the turn's reasoning_content, in the latest `thinking_kept` turns
+    that hold thinking (None: all; context edits cleared the rest); `redacted_thinking` is
+    left out (its data is encrypted by another model's provider)."""
     neutral: list[dict[str, Any]] = []
+    thinking_turns = num_thinking_turns(messages)
+    skipped = 0 if thinking_kept is None else max(0, thinking_turns - thinking_kept)
     for message in messages:
         texts: list[str] = []
         calls: list[dict[str, Any]] = []
+        thoughts = [block.thinking or "" for block in message.content if block.type == "thinking"]
+        if skipped and any(block.type in THINKING_BLOCKS for block in message.content):
+            thoughts, skipped = [], skipped - 1
         for block in message.content:
             if block.type == "text":
                 texts.append(block.text or "")
@@ -175,10 +189,13 @@ def anthropic_messages(messages: list[anthropic_body.Message]) -> list[dict[str,
                     texts = []
                 neutral.append(_tool_result(block))
         content = PART_SEPARATOR.join(texts)
+        turn: dict[str, Any] = {"role": message.role, "content": content}
+        if thoughts:
+            turn["reasoning_content"] = PART_SEPARATOR.join(thoughts)
         if calls:
-            neutral.append({"role": "assistant", "content": content, "tool_calls": calls})
-        elif texts or not neutral or neutral[-1]["role"] != "tool":
-            neutral.append({"role": message.role, "content": content})
+            neutral.append({**turn, "tool_calls": calls})
+        elif texts or thoughts or not neutral or neutral[-1]["role"] != "tool":
+            neutral.append(turn)
     return neutral
 
 

@@ -50,6 +50,7 @@ EXAMPLES = [
     Rejected("req-1", RejectCode.CONTEXT_LENGTH_EXCEEDED, "prompt is too long", "messages"),
     LOGPROBS := Tokens("req-1", 0, "Hello", [9906], [HELLO, TokenLogprob(2, "", -0.5)]),
     Tokens("req-1", 1, "", [2]),
+    Tokens("req-1", 0, "Hi", [5, 6], reasoning="so,"),  # a reasoning model's thoughts
     Tokens(  # the first tokens of a choice that asked for its prompt's logprobs
         "req-1",
         2,

@@ -59,7 +59,7 @@ def run_claude(
     returncode, stdout, stderr = run_agent(
         argv, home, claude_environment(base_url, home), timeout_s
     )
-    assert returncode == 0, f"claude exited {returncode}: {stderr[-2000:]}"
+    assert returncode == 0, f"claude exited {returncode}: {stderr[-2000:]}{stdout[-2000:]}"
     result: dict[str, Any] = json.loads(stdout)
     return result
 

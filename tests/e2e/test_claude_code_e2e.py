@@ -1,5 +1,6 @@
 """Claude Code against `astrai serve` (default model, 32k context by linear RoPE scaling,
-its built-in `claude-*` names mapped onto it): the real binary's one- and two-turn sessions.
+its built-in `claude-*` names mapped onto it): the real binary's one- and two-turn sessions,
+and a session forced to call a tool whose result comes back.
 
 Every session runs in one home folder with the same default model, so their prompts share
 the ~12.6k-token prefix (system prompt, tools) and only the first is prefilled cold: on a
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.agents import require_agent, run_claude
+from tests.e2e.forcing_proxy import ForcingProxy
 from tests.e2e.harness import Server
 
 pytestmark = pytest.mark.slow  # real processes (`astrai serve`, claude)
@@ -60,7 +62,7 @@ def assert_success(result: dict[str, Any]) -> None:
     assert result["terminal_reason"] == "completed", result
 
 
-def claude(server: Server, home: Path, *args: str) -> dict[str, Any]:
+def claude(server: Server | ForcingProxy, home: Path, *args: str) -> dict[str, Any]:
     binary = require_agent("claude")
     return run_claude(binary, server.url, home, *args, timeout_s=CLAUDE_TIMEOUT_S)
 
@@ -84,3 +86,20 @@ def test_claude_two_turn_session(agent_server: Server, home: Path):
     assert second["session_id"] == session
     # The second turn's prompt starts as the first's did: its prefix came from the cache.
     assert second["usage"]["cache_read_input_tokens"] > 8192
+
+
+def test_claude_runs_a_forced_tool_call_and_sends_its_result_back(agent_server: Server, home: Path):
+    # Claude Code never sends tool_choice: a proxy in front of the server forces a call to its
+    # Read tool (grammar-constrained to Read's schema) on the first request, and a text answer
+    # once the result is back.
+    with ForcingProxy(agent_server.url, "Read") as proxy:
+        result = claude(proxy, home, "-p", "Read the file notes.txt")
+    assert_success(result)
+    answered = next(b for b in proxy.bodies if b.get("tool_choice") == {"type": "none"})
+    before = proxy.bodies[: proxy.bodies.index(answered)]
+    assert any(b.get("tool_choice") == {"type": "tool", "name": "Read"} for b in before)
+    *_, call_turn, result_turn = answered["messages"]
+    [call] = [block for block in call_turn["content"] if block["type"] == "tool_use"]
+    assert call["name"] == "Read" and isinstance(call["input"].get("file_path"), str)
+    [returned] = [block for block in result_turn["content"] if block["type"] == "tool_result"]
+    assert returned["tool_use_id"] == call["id"]  # Claude Code ran it and sent its result

@@ -121,7 +121,7 @@ def test_null_optional_fields_and_unknown_fields():
         stop_sequences=None,
         metadata=None,
         tools=None,
-        thinking={"type": "disabled"},
+        thinking=None,
         citations=True,
     )
     assert request == ChatRequest(model="smol", messages=HELLO, params=DEFAULT_PARAMS)
@@ -452,8 +452,10 @@ def test_full_stream(finish_reason, stop, stop_reason, stop_sequence):
 def test_stream_exact_bytes():
     state = make_state()
     assert BUILDER.stream_tokens(state, 0, "Hel", []) == [
+        'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+        '"content_block":{"type":"text","text":""}}\n\n',
         'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
-        '"delta":{"type":"text_delta","text":"Hel"}}\n\n'
+        '"delta":{"type":"text_delta","text":"Hel"}}\n\n',
     ]
     assert BUILDER.stream_end(state) == ['event: message_stop\ndata: {"type":"message_stop"}\n\n']
 

@@ -109,14 +109,23 @@ def test_tool_round_trip_with_thinking_enabled():
     ]
 
 
-@pytest.mark.parametrize("kind", ["enabled", "adaptive", "disabled"])
-def test_thinking_changes_nothing_the_worker_sees(kind: str):
+@pytest.mark.parametrize("kind", ["enabled", "adaptive"])
+def test_thinking_on_changes_nothing_the_worker_sees(kind: str):
     thinking: dict[str, Any] = {"type": kind}
     if kind == "enabled":
         thinking["budget_tokens"] = 1024
     base = {"model": "m", "max_tokens": 2048, "messages": HELLO}
     with_thinking = BUILDER.parse({**base, "thinking": thinking})
     assert with_thinking == BUILDER.parse(base)
+
+
+def test_thinking_disabled_renders_the_template_with_thinking_off():
+    base = {"model": "m", "max_tokens": 2048, "messages": HELLO}
+    request = BUILDER.parse({**base, "thinking": {"type": "disabled"}})
+    assert request.params == {
+        **BUILDER.parse(base).params,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
 
 
 def test_a_thinking_budget_past_max_tokens_is_accepted():
@@ -181,20 +190,38 @@ def test_clear_thinking_reports_the_turns_it_cleared(keep: Any, cleared: int):
     assert edits_for(keep) == (expected if cleared else [])
 
 
-def test_thinking_blocks_never_reach_the_prompt():
+def test_thinking_blocks_are_their_turns_reasoning_and_redacted_ones_are_left_out():
     request = BUILDER.parse(
         {"model": "m", "max_tokens": 8, "messages": [*THREE_THINKING_TURNS, *HELLO]}
     )
     assert request.messages == [
         {"role": "user", "content": "q1"},
-        {"role": "assistant", "content": "a1"},
+        {"role": "assistant", "content": "a1", "reasoning_content": "t1"},
         {"role": "user", "content": "q2"},
-        {"role": "assistant", "content": "a2"},
+        {"role": "assistant", "content": "a2", "reasoning_content": "t2"},
         {"role": "user", "content": "q3"},
-        {"role": "assistant", "content": "a3"},
+        {"role": "assistant", "content": "a3", "reasoning_content": "t3"},
         *HELLO,
     ]
     assert request.response_fields == {}  # no context_management asked for, none reported
+
+
+@pytest.mark.parametrize(
+    ("keep", "reasoning"),
+    [
+        (None, [None, None, "t3"]),
+        ({"type": "thinking_turns", "value": 2}, [None, "t2", "t3"]),
+        ("all", ["t1", "t2", "t3"]),
+    ],
+)
+def test_cleared_thinking_is_left_out_of_the_prompt(keep: Any, reasoning: list[str | None]):
+    edit: dict[str, Any] = {"type": "clear_thinking_20251015"}
+    if keep is not None:
+        edit["keep"] = keep
+    body = {"model": "m", "max_tokens": 8, "messages": [*THREE_THINKING_TURNS, *HELLO]}
+    request = BUILDER.parse({**body, "context_management": {"edits": [edit]}})
+    assistant = [m for m in request.messages if m["role"] == "assistant"]
+    assert [m.get("reasoning_content") for m in assistant] == reasoning
 
 
 @pytest.mark.parametrize(
@@ -240,7 +267,9 @@ def test_the_stream_reports_the_applied_edits_in_message_delta():
     state = StreamState("msg_1", "m", 0, request, prompt_tokens=5)
     choice = ChoiceResult(0, "ok", FinishReason.LENGTH, None, completion_tokens=1)
     events = events_of(BUILDER.stream_choice_end(state, choice))
-    assert events[1] == (
+    # Nothing was said: an empty text block opens and closes before the end.
+    assert [name for name, _ in events[:2]] == ["content_block_start", "content_block_stop"]
+    assert events[2] == (
         "message_delta",
         {
             "type": "message_delta",

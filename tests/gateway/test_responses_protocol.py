@@ -96,6 +96,7 @@ def test_items_become_turns_in_order():
         {
             "role": "assistant",
             "content": "b",
+            "reasoning_content": "Hmm.",  # the reasoning item before it (not its summary)
             "tool_calls": [
                 {"id": "c1", "name": "f", "arguments": "{}"},
                 {"id": "c2", "name": "g", "arguments": '{"x":1}'},
@@ -136,6 +137,7 @@ def test_settings_land_on_the_workers_keywords():
         "logprobs": True,
         "top_logprobs": 3,
         "structured_output": {"type": "json_schema", "schema": WEATHER, "strict": True},
+        "drop_oldest_turns": True,  # truncation "auto"
     }
     assert request.logprobs and request.stream and not request.store
     settings = request.settings
@@ -152,6 +154,11 @@ def test_settings_land_on_the_workers_keywords():
         False,
     )
     assert (settings["max_output_tokens"], settings["top_logprobs"]) == (64, 3)
+
+
+def test_truncation_disabled_drops_nothing():
+    assert "drop_oldest_turns" not in parse(truncation="disabled").params
+    assert "drop_oldest_turns" not in parse().params
 
 
 def test_top_logprobs_without_include_computes_none():

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from common.schemas import Accepted, Finished, Message, Submit, Tokens
 from common.token_output import FinishReason, ToolCallDelta
 from tests.gateway.in_process import in_process
@@ -146,3 +148,79 @@ async def test_without_default_max_tokens_no_budget_is_sent():
     async with in_process(calls_a_tool) as run:
         assert (await run.client.post("/v1/responses", json={"input": "hi"})).status_code == 200
         assert "max_tokens" not in run.worker.submits[0].params
+
+
+INPUT = [
+    {"role": "developer", "content": "Be brief."},
+    {"role": "user", "content": [{"type": "input_text", "text": "List files."}]},
+    {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "ls"}]},
+    {"type": "function_call", "call_id": "call_1", "name": "exec_command", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "call_1", "output": "a.txt"},
+]
+
+
+async def test_input_items_list_a_stored_responses_input_newest_first_a_page_at_a_time():
+    from tests.gateway.test_reasoning_protocols import openai_client
+
+    async with in_process(calls_a_tool) as run:
+        first = await run.client.post("/v1/responses", json={"input": INPUT})
+        rid = first.json()["id"]
+        suffix = rid.removeprefix("resp_")
+        page = (await run.client.get(f"/v1/responses/{rid}/input_items?limit=2")).json()
+        assert page == {
+            "object": "list",
+            "data": [
+                {
+                    "id": f"fco_{suffix}_in4",
+                    "type": "function_call_output",
+                    "call_id": "call_1",
+                    "output": "a.txt",
+                    "status": "completed",
+                },
+                {
+                    "id": f"fc_{suffix}_in3",
+                    "type": "function_call",
+                    "call_id": "call_1",
+                    "name": "exec_command",
+                    "arguments": "{}",
+                    "status": "completed",
+                },
+            ],
+            "first_id": f"fco_{suffix}_in4",
+            "last_id": f"fc_{suffix}_in3",
+            "has_more": True,
+        }
+        # The SDK follows the pages (after = the last id) and reads every item type.
+        items = [item async for item in openai_client(run).responses.input_items.list(rid, limit=2)]
+        assert [item.type for item in items] == [
+            "function_call_output",
+            "function_call",
+            "reasoning",
+            "message",
+            "message",
+        ]
+        assert (items[3].role, items[3].content[0].text) == ("user", "List files.")
+        assert items[2].content[0].text == "ls"
+        oldest = await run.client.get(f"/v1/responses/{rid}/input_items?order=asc&limit=1")
+        assert [item["id"] for item in oldest.json()["data"]] == [f"msg_{suffix}_in0"]
+        after = f"/v1/responses/{rid}/input_items?order=asc&after=msg_{suffix}_in0&limit=100"
+        assert len((await run.client.get(after)).json()["data"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "param"),
+    [
+        ("limit=0", 400, "limit"),
+        ("limit=101", 400, "limit"),
+        ("limit=two", 400, "limit"),
+        ("order=sideways", 400, "order"),
+        ("after=msg_nope", 400, "after"),
+    ],
+)
+async def test_bad_input_items_queries_are_400s_naming_them(query: str, status: int, param: str):
+    async with in_process(calls_a_tool) as run:
+        rid = (await run.client.post("/v1/responses", json={"input": "hi"})).json()["id"]
+        reply = await run.client.get(f"/v1/responses/{rid}/input_items?{query}")
+        assert (reply.status_code, reply.json()["error"]["param"]) == (status, param)
+        missing = await run.client.get("/v1/responses/resp_nope/input_items")
+        assert missing.status_code == 404

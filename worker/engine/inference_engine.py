@@ -100,7 +100,7 @@ class InferenceEngine(GenerationAPI):
         log.info("%s", choices.describe())
         if self.model.weight_paths:
             log.info("weights by type: %s", self.model.weight_paths)
-        self.tokenizer = Tokenizer(self.model_dir, config.eos_token_ids)
+        self.tokenizer = Tokenizer(self.model_dir, config.eos_token_ids, opts.reasoning_parser)
         context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
         kv_dtype = self.dtype if opts.kv_cache_dtype == "auto" else DTYPES[opts.kv_cache_dtype]
         self.cache = build_cache(opts, config, kv_dtype, device, context)
@@ -160,18 +160,15 @@ class InferenceEngine(GenerationAPI):
         queued.
         """
         request_id = request_id or self.requests.new_request_id()
-        prompt_ids = self.requests.prompt_token_ids(
-            prompt, chat, params.tools, params.continue_final_message
-        )
-        choices = self.requests.build(request_id, prompt_ids, params, sink)
+        prompt_ids = self.requests.prompt_token_ids(prompt, chat, params)
+        templated = self.requests.is_templated(prompt, chat)
+        choices = self.requests.build(request_id, prompt_ids, params, sink, chat=templated)
         self.scheduler.add(choices)
         return request_id, len(prompt_ids)
 
     def tokenize(self, prompt: Prompt, params: SamplingParams, chat: bool = True) -> list[int]:
         """The prompt token ids a request with `params` would get (its tools rendered too)."""
-        return self.requests.prompt_token_ids(
-            prompt, chat, params.tools, params.continue_final_message
-        )
+        return self.requests.prompt_token_ids(prompt, chat, params)
 
     def detokenize(self, token_ids: list[int]) -> str:
         self.requests.check_in_vocab(token_ids, "tokens", "tokens")

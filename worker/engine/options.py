@@ -8,6 +8,7 @@ from common.cli_options import option
 from common.model_names import check_served_name
 from worker.machine.cpu_info import has_int8_dot_product
 from worker.model.quantizations import WEIGHT_FORMS
+from worker.text.reasoning_format import PARSER_CHOICES
 
 KV_CACHE_KINDS = ("paged", "contiguous")
 KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -125,6 +126,18 @@ class EngineOptions:
         metadata=option(
             "tokens drafted from a sequence's own text per step at most, verified in the "
             "same forward where the measured step cost says they pay (0: never)"
+        ),
+    )
+
+    # Which tags split a reasoning model's thoughts from its answer (worker/text/
+    # reasoning_format.py); auto: <think>…</think> where the chat template writes </think>.
+    reasoning_parser: str = field(
+        default="auto",
+        metadata=option(
+            "how reasoning is read out of chat answers: auto (<think>…</think> when the chat "
+            "template writes </think>), qwen3, deepseek_r1 (output before </think> is "
+            "reasoning even without <think>) or none (answers as they are)",
+            choices=PARSER_CHOICES,
         ),
     )
 

@@ -52,6 +52,12 @@ class OutputProcessor:
         if finish is not None and not isinstance(stop, str):
             # Ended by a token or by length: what was held back is real output.
             text += seq.stop_matcher.feed(seq.detokenizer.flush()).text + seq.stop_matcher.flush()
+        reasoning = ""
+        if seq.reasoning_parser is not None:  # its answer part goes on to the tool parser
+            reasoning, text = seq.reasoning_parser.feed(text)
+            if finish is not None:
+                held_reasoning, held_text = seq.reasoning_parser.flush()
+                reasoning, text = reasoning + held_reasoning, text + held_text
         tool_calls: list[ToolCallDelta] = []
         if seq.tool_parser is not None:
             text, tool_calls = seq.tool_parser.feed(text)
@@ -78,6 +84,7 @@ class OutputProcessor:
             tool_calls=tuple(tool_calls),
             error=error,
             prompt_logprobs=prompt_logprobs,
+            reasoning=reasoning,
         )
 
     def forbid_early_stops(self, seqs: list[Sequence], logits: torch.Tensor) -> None:

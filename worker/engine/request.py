@@ -17,11 +17,14 @@ from common.sampling_params import SamplingParams
 from worker.engine.sequence import EventSink, Sequence
 from worker.errors import ContextLengthExceeded, RequestError
 from worker.sampling.grammar import GrammarCompiler
+from worker.text.reasoning_format import closing_suffix, reasoning_parser, template_kwargs
 from worker.text.stop_strings import StopStringMatcher
 from worker.text.tokenizer import Tokenizer
 from worker.text.tool_parser import ToolCallParser
+from worker.text.turn_truncation import fit_turns
 
 Message = Mapping[str, Any]
+PROMPT_TAIL_TOKENS = 32  # the end of a prompt read for an opened reasoning tag
 Prompt = str | SequenceABC[Message]
 
 
@@ -68,12 +71,36 @@ class RequestFactory:
             return f"req-{next(self._request_ids)}"
 
     def prompt_token_ids(
-        self,
-        prompt: Prompt,
-        chat: bool = True,
-        tools: SequenceABC[Message] = (),
-        continue_final: bool = False,
+        self, prompt: Prompt, chat: bool = True, params: SamplingParams | None = None
     ) -> list[int]:
+        """A prompt's ids; a chat through the template with `params`' tools and template
+        variables (reasoning off where the answer is constrained: reasoning_format.py),
+        without its oldest turns where they do not fit and `drop_oldest_turns` says so."""
+        params = params or SamplingParams()
+        if params.drop_oldest_turns and not isinstance(prompt, str):
+            budget = self.max_model_len - (params.max_tokens or 1)
+            render = lambda kept: self._rendered(kept, chat, params)  # noqa: E731
+            return fit_turns(prompt, render, lambda ids: len(ids) <= budget)
+        return self._rendered(prompt, chat, params)
+
+    def _rendered(self, prompt: Prompt, chat: bool, params: SamplingParams) -> list[int]:
+        ids = self._prompt_ids(prompt, chat, params)
+        tags = self.tokenizer.reasoning_tags
+        if tags is not None and params.is_constrained and self.is_templated(prompt, chat):
+            suffix = closing_suffix(self._prompt_tail(ids), tags, params)
+            ids += self.tokenizer.encode(suffix, add_special_tokens=False) if suffix else []
+        return ids
+
+    def is_templated(self, prompt: Prompt, chat: bool) -> bool:
+        """The prompt goes through the chat template (its answer may hold reasoning)."""
+        return not isinstance(prompt, str) or (chat and self.tokenizer.has_chat_template)
+
+    def _prompt_tail(self, prompt_ids: list[int]) -> str:
+        return self.tokenizer.decode(prompt_ids[-PROMPT_TAIL_TOKENS:], skip_special_tokens=False)
+
+    def _prompt_ids(self, prompt: Prompt, chat: bool, params: SamplingParams) -> list[int]:
+        tools, continue_final = params.tools, params.continue_final_message
+        kwargs = template_kwargs(params, self.tokenizer.reasoning_tags)
         if isinstance(prompt, str):
             if not prompt:
                 raise RequestError("prompt must not be empty", "prompt")
@@ -83,11 +110,13 @@ class RequestFactory:
                 message = "prompt must be valid Unicode text: it holds a lone surrogate"
                 raise RequestError(message, "prompt") from None
             if chat and self.tokenizer.has_chat_template:
-                return self.tokenizer.encode_chat([{"role": "user", "content": prompt}], tools)
+                user = [{"role": "user", "content": prompt}]
+                return self.tokenizer.encode_chat(user, tools, template_kwargs=kwargs)
             return self.tokenizer.encode(prompt)
         if isinstance(prompt, SequenceABC):
             messages = cast(SequenceABC[Message], prompt)  # mypy keeps str in the union here
-            return self.tokenizer.encode_chat(normalize_messages(messages), tools, continue_final)
+            chat_messages = normalize_messages(messages)
+            return self.tokenizer.encode_chat(chat_messages, tools, continue_final, kwargs)
         raise RequestError(
             f"prompt must be a string or a list of messages, got {type(prompt).__name__}",
             "prompt",
@@ -149,8 +178,10 @@ class RequestFactory:
         sink: EventSink,
         first_index: int = 0,
         prompt_param: str = "messages",
+        chat: bool = True,
     ) -> list[Sequence]:
-        """The n choices of one prompt, numbered from `first_index`."""
+        """The n choices of one prompt, numbered from `first_index`; a chat's answers are
+        read for reasoning where the model reasons."""
         max_total = self.check_length(len(prompt_ids), params, prompt_param)
         self.check_in_vocab((token for token, _ in params.logit_bias), "logit_bias", "logit_bias")
         # A stop id past the vocabulary would index past the logits (the min_tokens ban).
@@ -159,6 +190,8 @@ class RequestFactory:
         matchers = [self.grammars.matcher(params) for _ in range(params.n)]
         with self._lock:
             seq_ids = [next(self._seq_ids) for _ in range(params.n)]
+        tags = self.tokenizer.reasoning_tags if chat else None
+        tail = self._prompt_tail(prompt_ids) if tags is not None else ""
         return [
             Sequence(
                 seq_id=seq_id,
@@ -175,6 +208,7 @@ class RequestFactory:
                 max_total_tokens=max_total,
                 grammar=matchers[index],
                 tool_parser=ToolCallParser() if params.calls_tools else None,
+                reasoning_parser=reasoning_parser(tags, params, tail),
             )
             for index, seq_id in enumerate(seq_ids)
         ]
@@ -190,7 +224,7 @@ class RequestFactory:
         return [
             seq
             for p, ids in enumerate(prompt_ids)
-            for seq in self.build(request_id, ids, params, sink, p * params.n, "prompt")
+            for seq in self.build(request_id, ids, params, sink, p * params.n, "prompt", False)
         ]
 
 

@@ -11,6 +11,7 @@ import torch
 
 from common.sampling_params import SamplingParams
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
+from worker.text.reasoning_parser import ReasoningParser
 from worker.text.stop_strings import StopStringMatcher
 from worker.text.tokenizer import IncrementalDetokenizer
 from worker.text.tool_parser import ToolCallParser
@@ -42,6 +43,7 @@ class TokenEvent:
     tool_calls: tuple[ToolCallDelta, ...] = ()  # new parts of tool calls (then text is content)
     # With the first token, when asked for: each prompt token's logprob (the first's None).
     prompt_logprobs: tuple[TokenLogprob, ...] | None = None
+    reasoning: str = ""  # new reasoning text (a reasoning model's thoughts; not in `text`)
 
 
 EventSink = Callable[[TokenEvent], None]
@@ -79,6 +81,7 @@ class Sequence:
     num_preemptions: int = 0
     grammar: Any = None  # an llguidance matcher when the output is constrained
     tool_parser: ToolCallParser | None = None  # when the output may hold tool calls
+    reasoning_parser: ReasoningParser | None = None  # when the output may hold reasoning
     speculation: DraftState | None = None  # its drafter, from its first decode step
     # The prompt's own logprobs so far, position by position (the first's logprob None),
     # when params.prompt_logprobs asks for them.

@@ -9,7 +9,7 @@ from worker.engine.sequence import TokenEvent
 def to_wire(event: TokenEvent) -> list[Message]:
     """A scheduler event as wire messages: its text and tokens, then its end if it ended."""
     messages: list[Message] = []
-    if event.token_ids or event.text or event.tool_calls:
+    if event.token_ids or event.text or event.tool_calls or event.reasoning:
         # The event's logprobs and tool-call parts are the wire's own structs.
         messages.append(
             Tokens(
@@ -20,6 +20,7 @@ def to_wire(event: TokenEvent) -> list[Message]:
                 list(event.logprobs) or None,
                 list(event.tool_calls) or None,
                 None if event.prompt_logprobs is None else list(event.prompt_logprobs),
+                event.reasoning,
             )
         )
     if event.finish_reason is not None:

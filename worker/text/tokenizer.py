@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from worker.errors import RequestError
+from worker.text.reasoning_format import reasoning_tags
 from worker.text.system_turns import has_later_system_turn, merge_system_turns
 from worker.text.tool_prompt import generic_messages, template_messages, template_tools
 
@@ -20,7 +21,9 @@ DETOKENIZE_CONTEXT = 5
 class Tokenizer:
     """transformers' tokenizer for a model folder, with the calls the engine needs."""
 
-    def __init__(self, model_dir: Path, eos_token_ids: Sequence[int] = ()) -> None:
+    def __init__(
+        self, model_dir: Path, eos_token_ids: Sequence[int] = (), reasoning_parser: str = "auto"
+    ) -> None:
         from transformers import AutoTokenizer, PretrainedConfig
 
         settings = model_dir / "tokenizer_config.json"
@@ -35,6 +38,8 @@ class Tokenizer:
             eos.add(self._hf.eos_token_id)
         self.eos_token_ids = frozenset(eos)
         self.vocab_size = len(self._hf)
+        # The tags of the model's reasoning, None for a model that does not reason.
+        self.reasoning_tags = reasoning_tags(reasoning_parser, self._hf.chat_template)
 
     @property
     def transformers_tokenizer(self) -> Any:
@@ -57,13 +62,16 @@ class Tokenizer:
         messages: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]] = (),
         continue_final: bool = False,
+        template_kwargs: Mapping[str, Any] | None = None,
     ) -> list[int]:
         """The model's chat template over `messages` (and `tools`), ending with the
         assistant's turn, or inside the final assistant message when `continue_final`; a
-        template without tool support gets the tools in the generic format."""
+        template without tool support gets the tools in the generic format.
+        `template_kwargs` are the template's own variables (enable_thinking)."""
         if not self.has_chat_template:
             raise RequestError("messages need a chat template, and this model has none", "messages")
-        extra: dict[str, Any] = {"add_generation_prompt": not continue_final}
+        extra: dict[str, Any] = dict(template_kwargs or {})
+        extra["add_generation_prompt"] = not continue_final
         if continue_final:
             if not messages or messages[-1]["role"] != "assistant" or not messages[-1]["content"]:
                 message = "continuing needs the chat to end with a non-empty assistant message"
@@ -75,7 +83,17 @@ class Tokenizer:
                 extra["tools"] = template_tools(tools)
         else:
             rendered = list(generic_messages(messages, tools))
-        return self._apply_template(rendered, extra)
+        try:
+            return self._apply_template(rendered, extra)
+        except Exception as exc:
+            if not template_kwargs:
+                raise
+            # The same chat renders without them: the request's variables broke the template.
+            self._apply_template(
+                rendered, {k: v for k, v in extra.items() if k not in template_kwargs}
+            )
+            message = f"chat_template_kwargs: the chat template fails with them: {exc}"
+            raise RequestError(message, "chat_template_kwargs") from None
 
     def _apply_template(self, messages: list[dict[str, Any]], extra: dict[str, Any]) -> list[int]:
         """The template over `messages`; one that refuses a system turn past the first

@@ -33,6 +33,8 @@ def template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, A
             ]
         if message.get("tool_call_id"):
             entry["tool_call_id"] = message["tool_call_id"]
+        if message.get("reasoning_content"):  # templates that re-render thoughts read it
+            entry["reasoning_content"] = message["reasoning_content"]
         out.append(entry)
     return out
 
@@ -58,7 +60,10 @@ def generic_messages(
                 for call in calls
             ]
             content = CALL_SEPARATOR.join(([content] if content else []) + written)
-        out.append({"role": message["role"], "content": content})
+        entry = {"role": message["role"], "content": content}
+        if message.get("reasoning_content"):  # templates that re-render thoughts read it
+            entry["reasoning_content"] = message["reasoning_content"]
+        out.append(entry)
     if tools:
         signatures = "\n".join(json.dumps(_signature(tool)) for tool in tools)
         instruction = TOOLS_INSTRUCTION.replace("{tools}", signatures)
