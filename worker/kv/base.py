@@ -9,7 +9,8 @@ from typing import NamedTuple
 
 import torch
 
-from worker.model.batch import LayerKV
+# One layer's cache as flat rows: k and v, each (num_slots, kv_heads, head_dim).
+LayerKV = tuple[torch.Tensor, torch.Tensor]
 
 
 class Admission(NamedTuple):

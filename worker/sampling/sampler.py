@@ -12,7 +12,8 @@ from torch import Tensor
 from common.sampling_params import SamplingParams
 from worker.sampling.penalties import apply_penalties
 from worker.sampling.pipeline import SamplingPipeline, take_rows
-from worker.sampling.rows import RowInput, SamplingRow, SamplingRows
+from worker.sampling.row_input import RowInput
+from worker.sampling.rows import SamplingRow, SamplingRows
 
 
 @dataclass(frozen=True)
