@@ -73,9 +73,19 @@ class KVStorage:
 class KVCache(ABC):
     """Where each sequence's k/v lives. Rows are addressed as flat slots of a layer view.
 
-    The scheduler drives it: `admit` at refill, `shared_ready`/`plan` while planning a
-    prefill, `commit` after each forward, `grow` before decode, `release` on finish,
-    abort or preemption. Every method either succeeds or leaves the cache untouched.
+    The step protocol: the Scheduler (worker/engine/scheduler.py) calls, every step and in
+    this order,
+      schedule: release (each aborted sequence) → admit (each one admitted) → grow, or
+                release to preempt (each decode row, oldest first) → begin_step →
+                shared_ready, then plan (each prompt chunk) → grow (drafted rows, where
+                pages are free)
+      update:   commit (each prompt chunk, then each decode row) → release (each sequence
+                that finished) → commit (each drafted sequence, what its samples kept)
+    In-flight prefix sharing depends on this order: shared_ready lets a sequence start
+    after pages another one computes only once they are committed or planned in this same
+    forward, so planning starts afresh each step (begin_step) and commits come after the
+    forward that computed them; tests/worker/engine/test_step_plans.py fails when it
+    changes. Every method either succeeds or leaves the cache untouched.
     """
 
     page_size: int
@@ -93,7 +103,8 @@ class KVCache(ABC):
         """Reserve room for `tokens`, reusing cached prefix pages unless `reuse_prefix` is
         False (every token then computed: its logits are wanted); None if it does not fit now."""
 
-    def begin_step(self) -> None:  # noqa: B027 - optional hook
+    @abstractmethod
+    def begin_step(self) -> None:
         """A new prefill plan starts; nothing is planned yet."""
 
     def shared_ready(self, seq_id: int, start: int) -> int | None:
@@ -104,7 +115,8 @@ class KVCache(ABC):
         """
         return start
 
-    def plan(self, seq_id: int, start: int, end: int) -> None:  # noqa: B027 - optional hook
+    @abstractmethod
+    def plan(self, seq_id: int, start: int, end: int) -> None:
         """Tokens [start, end) of the sequence will be computed in this step's forward."""
 
     @abstractmethod
