@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -205,7 +207,12 @@ class InferenceEngine(GenerationAPI):
         return not self.scheduler.has_work()
 
     # -- state ------------------------------------------------------------------------------
-    def get_stats(self) -> WorkerStats:
+    def get_stats(self) -> Mapping[str, int | float]:
+        """Every figure by its name (the seed's Engine API: a read-only dict)."""
+        return MappingProxyType(self.stats().as_dict())
+
+    def stats(self) -> WorkerStats:
+        """The same figures typed, as a Heartbeat carries them."""
         counters = self.scheduler.counters
         cache = self.cache.stats()
         bytes_per_page = cache.bytes_reserved // max(1, cache.pages_total)

@@ -224,7 +224,7 @@ class WorkerServer:
         return wire_requests.submit(self.engine, message, self._push_event)
 
     def _register(self) -> Register:
-        stats = self.engine.get_stats()
+        stats = self.engine.stats()
         return Register(
             worker_id=self.config.worker_id,
             incarnation=self.incarnation,
@@ -239,7 +239,7 @@ class WorkerServer:
         )
 
     def _heartbeat(self) -> Heartbeat:
-        stats = replace(self.engine.get_stats(), dropped_frames=sum(self.drops.counts.values()))
+        stats = replace(self.engine.stats(), dropped_frames=sum(self.drops.counts.values()))
         return Heartbeat(
             worker_id=self.config.worker_id,
             incarnation=self.incarnation,

@@ -108,7 +108,7 @@ def test_it_registers_then_beats_with_the_engines_figures():
             kv_pages_free=95,  # free + cached
             kv_pages_total=100,
             prefix_cache_hit_tokens=7,
-            stats=engine.get_stats(),
+            stats=engine.stats(),
             draining=False,
         )
         assert not server.connected  # nobody answered yet: it registers on every beat
