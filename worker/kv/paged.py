@@ -249,7 +249,7 @@ class PageCache(KVCache):
                 n = len(entry.partial_tokens)
                 in_place.append((len(rows) - 1, entry.read_from, entry.num_shared - n, n))
         # Page-major: each page's rows are consecutive. One tensor and one broadcast add
-        # (a gather, a multiply and a modulo over every position cost ~3x as much per step).
+        # (a gather, a multiply and a modulo over every position cost several times more).
         table = torch.tensor(rows, dtype=torch.int64) * ps  # (B, pages)
         slots = (table[:, :, None] + torch.arange(ps)).view(len(rows), -1)
         for row, source, at, n in in_place:  # rows another sequence computes in this forward

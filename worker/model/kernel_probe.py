@@ -17,9 +17,8 @@ from worker.model.linear import PackedLinear, mkldnn_linear_supports
 PANEL_CANDIDATE_ROWS = (8, 16, 24, 32, 48, 64)
 _BLOCK_SHAPE = (1536, 576)  # (out, in): the default model's MLP halves
 # Distinct weights the block kernels are timed on, one after the other (18 MB), so that they
-# stream as a decode step's do. On one weight kept in L2 the two kernels timed equal at 32
-# rows on a 2-core Xeon with AMX, where a real step's 120 matmuls took 26.4 ms direct and
-# 20.2 ms on the panel kernel (`python -m bench.kernel_bench`).
+# stream as a decode step's do: on one weight kept in L2 the two kernels timed equal where a
+# real step's matmuls ran faster on the panel kernel (docs/BENCHMARKS.md).
 _BLOCK_WEIGHTS = 32
 # Float32 layouts differ most when the weight streams from memory, as an output layer's does:
 # 38 MB, more than the last-level caches of the CPUs this runs on.

@@ -49,7 +49,7 @@ _CLOSERS = frozenset('"}]:')
 class GrammarCompiler:
     """Matchers for structured-output specs, against one tokenizer.
 
-    The llguidance tokenizer takes ~0.5 s to build, so it is built on the first constrained
+    The llguidance tokenizer is slow to build, so it is built on the first constrained
     request rather than at startup; compiled grammars are cached by their schema text
     (common.structured_output).
     """
@@ -132,12 +132,12 @@ class GrammarMasks:
         # here, its threads competing with the forward's OpenMP threads still spinning.
         # The matcher's own call that llguidance.torch.fill_next_token_bitmask makes: that
         # module compiles a kernel with torch.compile when imported, which pulled torch's
-        # dynamo and inductor into every worker's start (2.7 s of 3.3 s of imports).
+        # dynamo and inductor into every worker's start (most of its import time).
         row_bytes = bitmask.shape[1] * bitmask.element_size()
         for k, (_, matcher) in enumerate(matchers):
             matcher.unsafe_compute_mask_ptr(bitmask.data_ptr() + k * row_bytes, row_bytes)
-        # Unpacked by numpy: torch's shift-and-mask over (rows, V / 32, 32) cost 8 ms a step
-        # at 32 rows on a 2-core EPYC, numpy's unpackbits and one in-place fill ~1 ms.
+        # Unpacked by numpy: its unpackbits and one in-place fill cost a fraction of torch's
+        # shift-and-mask over (rows, V / 32, 32) (docs/BENCHMARKS.md).
         words = (~bitmask).numpy().view(np.uint8)
         unpacked = np.unpackbits(words, axis=1, bitorder="little")[:, :vocab]
         banned = torch.from_numpy(np.ascontiguousarray(unpacked)).view(torch.bool)  # (G, V)

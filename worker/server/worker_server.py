@@ -87,10 +87,10 @@ class WorkerServer:
         return self.connected and not self.draining
 
     def _push_event(self, event: TokenEvent) -> None:
-        """Event sink. On the scheduler's thread events wait for its next flush (the step's
-        end, or its prefill's first tokens) and leave together: one send and one wakeup of the
-        I/O thread per forward, not per token (each cost ~0.1 ms of the step's time at 8
-        streams). On any other thread, at once."""
+        """Event sink. On the scheduler's thread events wait for its next flush (each step's
+        end) and leave together: one send and one wakeup of the I/O thread per forward, not
+        per token (each took its share of the step's time, docs/BENCHMARKS.md). On any other
+        thread, at once."""
         frames = [encode(message) for message in to_wire(event)]
         pending = getattr(self._local, "pending", None)
         if pending is not None:
