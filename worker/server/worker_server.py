@@ -24,7 +24,7 @@ from common.schemas import (
     Submit,
     Tokenize,
 )
-from common.wire import MAX_FRAMES_PER_MESSAGE, DropCounter, encode
+from common.wire import MAX_FRAMES_PER_MESSAGE, DropCounter, WireRefusal, encode
 from worker.engine.inference_engine import InferenceEngine
 from worker.engine.sequence import TokenEvent
 from worker.server import wire_requests
@@ -188,7 +188,12 @@ class WorkerServer:
                 frame = dealer.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            message = self.drops.decode(frame, self.config.max_frame_bytes)
+            try:
+                message = self.drops.decode(frame, self.config.max_frame_bytes, refusals=True)
+            except WireRefusal as refusal:  # settings the rules refuse, checked on arrival
+                why = Rejected(refusal.request_id, refusal.code, refusal.message, refusal.param)
+                dealer.send(encode(why))
+                continue
             if isinstance(message, GatewayBeat):
                 self._gateway_beat(message)
             elif isinstance(message, Submit):
