@@ -81,6 +81,7 @@ class Scheduler:
                 samples=(*sampled, *riding),
                 preempted=preempted,
                 aborted=aborted,
+                kv=self.cache.step_plan(),
             )
         drafts = self.drafter.propose(decoding, self.cache) if decoding else ()
         if drafts:

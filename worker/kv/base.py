@@ -38,6 +38,28 @@ class CacheStats:
     pages_peak_in_use: int = field(default=0, compare=False)
 
 
+@dataclass(frozen=True, slots=True)
+class ReadInPlace:
+    """Rows a sequence shares with a page another sequence computes in the same forward: read
+    from that page in this forward, copied into the sequence's own page at commit."""
+
+    seq_id: int
+    source_page: int
+    position: int  # the sequence's first such position
+    num_rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class KVStepPlan:
+    """What a step's forward does in the cache beyond each sequence writing its own rows."""
+
+    computed_pages: frozenset[int] = frozenset()  # full pages others may read in this forward
+    reads_in_place: tuple[ReadInPlace, ...] = ()
+
+
+NO_SHARING = KVStepPlan()
+
+
 class KVStorage:
     """k/v tensors `[layers, pages, page_size, kv_heads, head_dim]` and flat per-layer views."""
 
@@ -118,6 +140,10 @@ class KVCache(ABC):
     @abstractmethod
     def plan(self, seq_id: int, start: int, end: int) -> None:
         """Tokens [start, end) of the sequence will be computed in this step's forward."""
+
+    def step_plan(self) -> KVStepPlan:
+        """What the prompt chunks planned since begin_step share in the forward."""
+        return NO_SHARING
 
     @abstractmethod
     def commit(self, seq_id: int, tokens: Sequence[int], num_computed: int) -> None:

@@ -15,6 +15,7 @@ from worker.engine.request_status import RequestStatus
 from worker.engine.runner import Chunk
 from worker.engine.speculation import DecodeCost
 from worker.engine.step_plan import StepOutput
+from worker.kv.base import KVStepPlan, ReadInPlace
 from worker.kv.paged import PageCache
 
 PROMPT_33 = list(range(1000, 1033))  # 8 full pages of 4 and one token over
@@ -97,6 +98,8 @@ def test_a_sharer_waits_for_the_pages_its_owner_computes_then_computes_its_tail(
     for start in (0, 8, 16, 24):  # the sharer's next page is planned for a later step
         plan = bench.step()
         assert plan.chunks == (Chunk(0, start, PROMPT_33[start : start + 8], False),)
+        owner_pages = bench.cache.pages_of(0)
+        assert plan.kv == KVStepPlan(frozenset(owner_pages[start // 4 : start // 4 + 2]))
     plan = bench.step(300, 300)
     assert plan.chunks == (Chunk(0, 32, PROMPT_33[32:], True), Chunk(1, 32, PROMPT_33[32:], True))
     assert bench.scheduler.counters.prefill_tokens == 33 + 1
@@ -118,8 +121,14 @@ def test_sharers_arriving_together_read_a_partial_page_where_its_owner_computes_
         Chunk(1, 30, prompts[1][30:], True),
         Chunk(2, 30, prompts[2][30:], True),
     )
-    owner_page = bench.cache.pages_of(0)[7]
-    assert [bench.cache.table.get(i).read_from for i in (1, 2)] == [owner_page, owner_page]
+    owner_pages = bench.cache.pages_of(0)
+    assert plan.kv == KVStepPlan(
+        computed_pages=frozenset(owner_pages[:8]),  # the owner's full pages, read as computed
+        reads_in_place=(
+            ReadInPlace(1, owner_pages[7], position=28, num_rows=2),
+            ReadInPlace(2, owner_pages[7], position=28, num_rows=2),
+        ),
+    )
     bench.update(plan, 300, 301, 302)
     assert [bench.cache.table.get(i).read_from for i in (1, 2)] == [None, None]
     assert bench.cache.stats().hit_tokens == 2 * 30
