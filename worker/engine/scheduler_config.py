@@ -15,7 +15,7 @@ class SchedulerConfig:
     idle_wait_s: float = 0.5
     speculative_tokens: int = 8  # drafted tokens per sequence and step at most; 0: none
     # Decoding sequences feed their token in a prompt chunk's forward, when there is one,
-    # instead of a decode forward of their own after it (InferenceScheduler._prefill).
+    # instead of a decode forward of their own after it (Scheduler.schedule).
     mixed_steps: bool = True
 
     def __post_init__(self) -> None:

@@ -57,7 +57,7 @@ class Sequence:
     Every forward feeds the next tokens from num_computed on and advances it; when it
     reaches len(token_ids), the logits of the last token are sampled and the new token is
     appended. Prefill feeds many tokens, decode one, or one and the drafted guesses after
-    it, each guess computed context only once its sampled token has kept it (DraftedDecode);
+    it, each guess computed context only once its sampled token has kept it (Drafter.verify);
     a preempted sequence starts again from num_computed = 0 with its generated tokens as
     part of what it recomputes.
     """
