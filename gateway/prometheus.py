@@ -90,6 +90,35 @@ class _Snapshot(Collector):
             for w in workers:
                 gauge.add_metric([w.worker_id, w.model], _stat(w, key))
             yield gauge
+        yield from _vllm_gauges(workers)
+
+
+# vLLM's names for the figures Kubernetes' serving stack routes and scales on (the Gateway
+# API Inference Extension's endpoint picker, KEDA/HPA examples): the same numbers as ours,
+# per worker, labelled with the served model as vLLM labels them.
+VLLM_GAUGES = (
+    ("vllm:num_requests_running", "Requests running on a worker (astrai_worker_active_tasks)."),
+    ("vllm:num_requests_waiting", "Requests waiting on a worker (astrai_worker_waiting_queue)."),
+    ("vllm:kv_cache_usage_perc", "KV-cache usage of a worker, 1 = all pages held by requests."),
+)
+
+
+def _vllm_gauges(workers: list[WorkerState]) -> Iterator[Metric]:
+    values = {
+        "vllm:num_requests_running": lambda w: _stat(w, "active_tasks"),
+        "vllm:num_requests_waiting": lambda w: _stat(w, "waiting_queue"),
+        "vllm:kv_cache_usage_perc": _kv_usage,
+    }
+    for name, documentation in VLLM_GAUGES:
+        gauge = GaugeMetricFamily(name, documentation, labels=["model_name", "worker_id"])
+        for w in workers:
+            gauge.add_metric([w.model, w.worker_id], values[name](w))
+        yield gauge
+
+
+def _kv_usage(worker: WorkerState) -> float:
+    total = _stat(worker, "kv_pages_total")
+    return _stat(worker, "kv_pages_in_use") / total if total else 0.0
 
 
 def _stat(worker: WorkerState, name: str) -> float:

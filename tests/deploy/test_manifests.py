@@ -78,3 +78,26 @@ def test_dockerfile_copies_every_package_the_install_includes():
     assert "launcher" in packages
     text = (DEPLOY / "Dockerfile").read_text()
     assert [p for p in packages if f"COPY {p} {p}" not in text] == []
+
+
+def test_the_worker_autoscaler_scales_the_workers_on_a_metric_the_gateway_exports():
+    from common.worker_stats import WorkerStats
+
+    hpa = by_kind("HorizontalPodAutoscaler")["astrai-worker"]["spec"]
+    target = hpa["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", "astrai-worker")
+    assert target["name"] in by_kind("Deployment")
+    assert hpa["minReplicas"] <= by_kind("Deployment")["astrai-worker"]["spec"]["replicas"]
+    [metric] = hpa["metrics"]
+    name = metric["external"]["metric"]["name"]
+    assert name.removeprefix("astrai_worker_") in WorkerStats.__dataclass_fields__
+    rules = yaml.safe_load(
+        by_kind("ConfigMap")["astrai-prometheus-adapter-rules"]["data"]["config.yaml"]
+    )
+    [rule] = rules["externalRules"]
+    assert rule["name"]["as"] == name and name in rule["metricsQuery"]
+    # Prometheus finds the gateway's /metrics, where the figure is.
+    annotations = by_kind("Deployment")["astrai-gateway"]["spec"]["template"]["metadata"][
+        "annotations"
+    ]
+    assert annotations["prometheus.io/path"] == "/metrics"

@@ -16,6 +16,8 @@ from tests.e2e.harness import REPO, Server
 from tests.worker.model_factory import requantize_gguf
 from tests.worker.native import needs_ggml
 from worker.engine.inference_engine import InferenceEngine
+from worker.kernels.plan import kernel_plan
+from worker.model.kernel_probe import measure
 from worker.model.loader import load_model
 from worker.model.model_dir import default_model_path, resolve_model_dir
 
@@ -93,6 +95,43 @@ def test_the_codes_keep_the_files_own_top1_choice(mixed_file):
     reference = sequence_logits(load_model(folder, torch.float32, torch.device("cpu")), ids)
     agreement = (ours.argmax(-1) == reference.argmax(-1)).float().mean().item()
     assert agreement >= 0.9, agreement
+
+
+def test_the_k_quant_panel_kernels_serve_what_the_engine_computes(mixed_file, monkeypatch):
+    """Every row of the Q4_K layers on our panel kernel, pinned by ASTRAI_KQUANT_PANEL_ROWS
+    (the probe picks from how many rows on this CPU): served as in-process, and closer to
+    the float32 model than ggml's 8-bit activations, top-1 over a text."""
+    monkeypatch.setenv("ASTRAI_KQUANT_PANEL_ROWS", "1")
+    kernel_plan.cache_clear()
+    server = Server(
+        "serve", "--model", str(mixed_file), "--kv-cache-mb", "64", "--speculative-tokens", "0"
+    )
+    try:
+        server.wait_ready(timeout_s=300)
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(
+            model="smollm2-mix", messages=QUESTION, max_tokens=24, temperature=0
+        )
+        served = reply.choices[0].message.content
+    finally:
+        server.stop()
+    engine = InferenceEngine(mixed_file, kv_cache_mb=64, speculative_tokens=0)
+    try:
+        assert "Q4_K x30 → ggml interleaved" in engine.model.weight_paths
+        assert "panel kernel from 1 rows" in engine.model.weight_paths
+        expected = engine.generate(QUESTION, max_tokens=24, temperature=0)
+    finally:
+        engine.shutdown()
+        kernel_plan.cache_clear()
+    assert served == expected and served
+    folder = resolve_model_dir(mixed_file)
+    ids = resolve_tokens(folder)
+    panels = load_model(
+        folder, torch.float32, torch.device("cpu"), quantization="gguf", plan=kernel_plan(measure)
+    )
+    reference = sequence_logits(load_model(folder, torch.float32, torch.device("cpu")), ids)
+    agreement = (sequence_logits(panels, ids).argmax(-1) == reference.argmax(-1)).float().mean()
+    assert agreement.item() >= 0.9
 
 
 def resolve_tokens(folder) -> list[int]:

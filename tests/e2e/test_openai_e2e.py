@@ -7,9 +7,10 @@ import json
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import TINY_NAME
-from tests.e2e.harness import Server
+from tests.e2e.harness import Server, wait_until
 
 pytestmark = pytest.mark.slow  # real processes (`astrai serve` and more)
 
@@ -179,3 +180,29 @@ def test_exact_sse_event_sequence(tiny_server: Server):
     assert set(shapes[1:-2]) <= {"content"}
     assert len({c["id"] for c in chunks}) == 1
     assert chunks[-1]["usage"]["completion_tokens"] == 3
+
+
+def _vllm_gauge(url: str, name: str) -> float | None:
+    """The one worker's sample of a vllm:* gauge in /metrics, or None while it has none."""
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
+        if family.name == name and family.samples:
+            [sample] = family.samples
+            assert sample.labels["model_name"] == "SmolLM2-135M-Instruct"
+            return float(sample.value)
+    return None
+
+
+def test_vllm_compatibility_gauges_follow_a_running_request(default_server: Server):
+    """On the default model (the tiny one finishes a stream between two heartbeats)."""
+    body = {"messages": MESSAGES, "max_tokens": 1000, "ignore_eos": True, "stream": True}
+    url = default_server.url
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as response:
+        next(response.iter_lines())  # streaming: the request runs on the worker now
+        # Within a heartbeat or two, the worker's report shows it.
+        assert wait_until(lambda: _vllm_gauge(url, "vllm:num_requests_running") == 1, 10)
+        usage = _vllm_gauge(url, "vllm:kv_cache_usage_perc")
+        assert usage is not None and 0 < usage <= 1
+        assert _vllm_gauge(url, "vllm:num_requests_waiting") == 0
+    # The client went away: the request is aborted and its pages freed.
+    assert wait_until(lambda: _vllm_gauge(url, "vllm:num_requests_running") == 0, 10)
+    assert wait_until(lambda: _vllm_gauge(url, "vllm:kv_cache_usage_perc") == 0, 10)

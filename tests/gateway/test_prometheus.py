@@ -82,3 +82,29 @@ def test_a_worker_without_figures_yet_shows_zeros():
     [tokens] = parsed["astrai_worker_tokens"].samples
     [free] = parsed["astrai_worker_kv_pages_free"].samples
     assert (tokens.value, free.value) == (0, 0)
+
+
+def test_vllm_compatibility_gauges_carry_the_workers_figures():
+    registry = WorkerRegistry()
+    registry.register(b"id", Register("w1", "inc", "m", 1024, 8, 100, 16, 1, "host"), 0.0)
+    stats = WorkerStats(active_tasks=3, waiting_queue=2, kv_pages_total=100, kv_pages_in_use=25)
+    assert registry.heartbeat(Heartbeat("w1", "inc", 0, 3, 75, 100, 5, stats), 0.0)
+
+    parsed = families(render_prometheus(registry, GatewayMetrics(), Counter()))
+
+    def value(name: str) -> float:
+        [sample] = parsed[name].samples
+        assert sample.labels == {"model_name": "m", "worker_id": "w1"}
+        assert parsed[name].type == "gauge"
+        return sample.value
+
+    assert value("vllm:num_requests_running") == 3
+    assert value("vllm:num_requests_waiting") == 2
+    assert value("vllm:kv_cache_usage_perc") == 0.25
+
+
+def test_a_worker_without_stats_yet_reports_zero_usage_not_a_division_error():
+    registry = WorkerRegistry()
+    registry.register(b"id", Register("w1", "inc", "m", 1024, 8, 100, 16, 1, "host"), 0.0)
+    parsed = families(render_prometheus(registry, GatewayMetrics(), Counter()))
+    assert [s.value for s in parsed["vllm:kv_cache_usage_perc"].samples] == [0.0]

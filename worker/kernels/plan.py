@@ -10,6 +10,7 @@ default model, and the choice is cached per CPU signature and torch version unde
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import functools
 import hashlib
@@ -24,12 +25,13 @@ from pathlib import Path
 import torch
 
 from worker.kernels.build import build_key, native_kernels_available
+from worker.kernels.kquant_probe import KQUANT_TYPES
 from worker.machine.cpu_info import cpu_signature
 from worker.machine.paths import cache_root
 
 log = logging.getLogger(__name__)
 
-PLAN_VERSION = 2  # 2: the block kernels timed on streaming weights
+PLAN_VERSION = 3  # 3: the K-quant panel kernels against ggml's
 FLOAT32_LAYOUTS = ("mm", "linear", "mkldnn")
 
 
@@ -41,6 +43,9 @@ class KernelPlan:
     # "mkldnn" (oneDNN's packed weight).
     float32_layout: str = "mm"
     measured_ms: dict[str, float] = field(default_factory=dict, compare=False)
+    # Per K-quant type ("Q4_K", "Q6_K"): from this many rows on, the panel kernel instead of
+    # ggml's (worker/kernels/kquant_probe.py); absent or 0: never.
+    kquant_panel_rows: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.float32_layout not in FLOAT32_LAYOUTS:
@@ -50,7 +55,12 @@ class KernelPlan:
 
     def describe(self) -> str:
         panel = f"from {self.panel_rows} rows" if self.panel_rows else "never"
-        return f"block panel kernel {panel}; float32 layers as {self.float32_layout}"
+        kquants = ", ".join(
+            f"{name} from {rows} rows" if rows else f"{name} never"
+            for name, rows in sorted(self.kquant_panel_rows.items())
+        )
+        extra = f"; K-quant panels: {kquants}" if kquants else ""
+        return f"block panel kernel {panel}; float32 layers as {self.float32_layout}{extra}"
 
 
 def _plan_file() -> Path:
@@ -64,7 +74,12 @@ def _plan_file() -> Path:
 def _cached(path: Path) -> KernelPlan | None:
     try:
         data = json.loads(path.read_text())
-        return KernelPlan(data["panel_rows"], data["float32_layout"], data["measured_ms"])
+        return KernelPlan(
+            data["panel_rows"],
+            data["float32_layout"],
+            data["measured_ms"],
+            {str(k): int(v) for k, v in data.get("kquant_panel_rows", {}).items()},
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -76,8 +91,36 @@ def cpu_busy() -> bool:
 
 @functools.cache
 def kernel_plan(measure: Callable[[], KernelPlan]) -> KernelPlan:
-    """This CPU's plan: from the cache, or measured now by `measure` (once per CPU and torch
-    version; worker.model.kernel_probe.measure times the model's layers).
+    """This CPU's plan (`_measured_plan`, by `measure`: worker.model.kernel_probe.measure times
+    the model's layers), with ASTRAI_KQUANT_PANEL_ROWS's rows if set."""
+    plan = _measured_plan(measure)
+    return with_kquant_override(plan, os.environ.get("ASTRAI_KQUANT_PANEL_ROWS"))
+
+
+def with_kquant_override(plan: KernelPlan, setting: str | None) -> KernelPlan:
+    """`setting` "Q4_K=16,Q6_K=32" (or one number for both; 0: never) replaces the measured
+    rows from which K-quant layers take the panel kernels: to pin the choice (benchmarks,
+    tests), not to tune it, which the probe does per CPU."""
+    if not setting:
+        return plan
+    rows = dict(plan.kquant_panel_rows)
+    try:
+        for item in setting.split(","):
+            name, _, value = item.rpartition("=")
+            for kind in [name.strip()] if name else list(KQUANT_TYPES):
+                if kind not in KQUANT_TYPES or int(value) < 0:
+                    raise ValueError(kind)
+                rows[kind] = int(value)
+    except ValueError as exc:
+        raise ValueError(
+            f"ASTRAI_KQUANT_PANEL_ROWS={setting!r}: expected rows (a number >= 0) or "
+            f"TYPE=rows pairs with TYPE in {sorted(KQUANT_TYPES)}"
+        ) from exc
+    return dataclasses.replace(plan, kquant_panel_rows=rows)
+
+
+def _measured_plan(measure: Callable[[], KernelPlan]) -> KernelPlan:
+    """This CPU's plan: from the cache, or measured now (once per CPU and torch version).
 
     Why the lock and the load check: a plan measured while the CPU was shared (two workers
     of `astrai serve` probing side by side, or a test run) was cached for good, and one such

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import torch
@@ -33,9 +33,18 @@ class GgmlLinear(nn.Module):
     AVX2, Q2_K with AVX-512: eight rows woven block by block, as llama.cpp serves them) is
     woven once here by ggml's own repack code and multiplied by its gemv/gemm kernels; the
     others one dot product per output (`vec_dot`).
+
+    `panel_rows` (type name → rows, from the kernel plan): a Q4_K part woven so, or a Q6_K
+    part, multiplies that many rows or more on our panel kernels instead
+    (csrc/kquant_matmul.cpp), reading the same bytes.
     """
 
-    def __init__(self, parts: Sequence[QuantTensor], bias: torch.Tensor | None) -> None:
+    def __init__(
+        self,
+        parts: Sequence[QuantTensor],
+        bias: torch.Tensor | None,
+        panel_rows: Mapping[str, int] | None = None,
+    ) -> None:
         super().__init__()
         if not parts or len({p.cols for p in parts}) != 1:
             raise ValueError("GgmlLinear needs parts with one common input width")
@@ -52,9 +61,31 @@ class GgmlLinear(nn.Module):
         self.out_features = sum(self.part_rows)
         self.bias = None if bias is None else bias.detach().float().contiguous()
         self._op = torch.ops.astrai_ggml.linear.default
+        # Per part, from how many rows the panel kernel takes it (0: never).
+        self.part_panel_rows = [
+            _panel_rows(p, woven, panel_rows or {})
+            for p, woven in zip(parts, self.woven, strict=True)
+        ]
+        rows = [r for r in self.part_panel_rows if r]
+        self.panel_from = min(rows) if rows else 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._op(x.float(), self.weights, self.types, self.part_rows, self.woven, self.bias)
+        x = x.float()
+        if self.panel_from and x.shape[0] >= self.panel_from:
+            return self._by_parts(x)
+        return self._op(x, self.weights, self.types, self.part_rows, self.woven, self.bias)
+
+    def _by_parts(self, x: torch.Tensor) -> torch.Tensor:
+        """Each part on the kernel its rows call for, side by side."""
+        outs = []
+        for i, weight in enumerate(self.weights):
+            kind, rows = self.types[i], self.part_rows[i]
+            if self.part_panel_rows[i] and x.shape[0] >= self.part_panel_rows[i]:
+                outs.append(torch.ops.astrai.kquant_linear(x, weight, kind, rows))
+            else:
+                outs.append(self._op(x, [weight], [kind], [rows], [self.woven[i]], None))
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+        return out if self.bias is None else out.add_(self.bias)
 
     def extra_repr(self) -> str:
         kinds = "+".join(
@@ -62,6 +93,14 @@ class GgmlLinear(nn.Module):
             for name, woven in zip(self.type_names, self.woven, strict=True)
         )
         return f"in={self.in_features}, out={self.out_features}, kind=ggml {kinds}"
+
+
+def _panel_rows(part: QuantTensor, woven: int, plan: Mapping[str, int]) -> int:
+    """Rows from which this part runs on the panel kernels: Q4_K only as ggml wove it."""
+    rows = plan.get(part.type_name, 0)
+    if part.rows % 8 or part.cols % 256 or (part.type_name == "Q4_K" and not woven):
+        return 0
+    return rows if part.type_name in ("Q4_K", "Q6_K") else 0
 
 
 class GgmlEmbedding(nn.Module):

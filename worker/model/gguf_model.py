@@ -176,9 +176,10 @@ def _linear(
         return BlockLinear(records, bias, NATIVE_TYPES[kind], plan.panel_rows)
     for name, q in zip(names, quant, strict=True):
         _require_ggml(gguf_path, name, q.type_name)
-    layer = GgmlLinear(quant, bias)
-    for q, woven in zip(quant, layer.woven, strict=True):
-        paths.add(q.type_name, f"ggml {'interleaved' if woven else 'vec_dot'} ({ggml_isa()})")
+    layer = GgmlLinear(quant, bias, plan.kquant_panel_rows)
+    for q, woven, rows in zip(quant, layer.woven, layer.part_panel_rows, strict=True):
+        path = f"ggml {'interleaved' if woven else 'vec_dot'} ({ggml_isa()})"
+        paths.add(q.type_name, f"{path}, panel kernel from {rows} rows" if rows else path)
     return layer
 
 

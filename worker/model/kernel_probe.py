@@ -10,6 +10,7 @@ from collections.abc import Callable
 import torch
 
 from worker.kernels.build import native_kernels_available
+from worker.kernels.kquant_probe import kquant_kernels_available, measure_kquant_rows
 from worker.kernels.plan import FLOAT32_LAYOUTS, KernelPlan
 from worker.model.block_linear import BlockLinear, pack_blocks
 from worker.model.linear import PackedLinear, mkldnn_linear_supports
@@ -85,4 +86,5 @@ def measure() -> KernelPlan:
             if panel_ms < 0.95 * direct_ms:
                 panel_rows = rows
                 break
-    return KernelPlan(panel_rows, layout, measured)
+    kquant_rows = measure_kquant_rows(measured) if kquant_kernels_available() else {}
+    return KernelPlan(panel_rows, layout, measured, kquant_rows)

@@ -76,3 +76,39 @@ def test_a_plan_measured_on_a_busy_cpu_serves_this_process_but_is_not_cached(tmp
     assert first == second == third == fixed
     assert measured == [1, 1]
     assert len(list((tmp_path / "kernels").glob("plan-*.json"))) == 1
+
+
+def test_the_k_quant_rows_survive_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("ASTRAI_KQUANT_PANEL_ROWS", raising=False)
+    fixed = KernelPlan(16, "mm", {}, {"Q4_K": 16, "Q6_K": 0})
+    monkeypatch.setattr(plan_module, "cpu_busy", lambda: False)
+    plan_module.kernel_plan.cache_clear()
+    try:
+        plan_module.kernel_plan(lambda: fixed)
+        plan_module.kernel_plan.cache_clear()
+        again = plan_module.kernel_plan(lambda: fixed)
+    finally:
+        plan_module.kernel_plan.cache_clear()
+    assert again.kquant_panel_rows == {"Q4_K": 16, "Q6_K": 0}
+    assert "K-quant panels: Q4_K from 16 rows, Q6_K never" in again.describe()
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        (None, {"Q4_K": 16, "Q6_K": 32}),
+        ("1", {"Q4_K": 1, "Q6_K": 1}),
+        ("Q6_K=0", {"Q4_K": 16, "Q6_K": 0}),
+        ("Q4_K=8, Q6_K=64", {"Q4_K": 8, "Q6_K": 64}),
+    ],
+)
+def test_the_environment_pins_the_k_quant_rows(setting, expected):
+    measured = KernelPlan(16, "mm", {}, {"Q4_K": 16, "Q6_K": 32})
+    assert plan_module.with_kquant_override(measured, setting).kquant_panel_rows == expected
+
+
+@pytest.mark.parametrize("setting", ["Q5_K=8", "-1", "Q4_K=many"])
+def test_a_bad_k_quant_setting_names_the_variable_and_the_form(setting):
+    with pytest.raises(ValueError, match=r"ASTRAI_KQUANT_PANEL_ROWS=.*TYPE=rows"):
+        plan_module.with_kquant_override(KernelPlan(), setting)

@@ -33,6 +33,7 @@
 
 #include "activations.h"
 #include "block_format.h"
+#include "panel_kernel.h"
 #include "parallel.h"
 
 namespace astrai {
@@ -198,11 +199,11 @@ inline void convert_q8_0(const uint8_t* left, const uint8_t* right, uint16_t* ti
   _mm256_storeu_ps(scales + 24, _mm256_setzero_ps());
 }
 
-// to[i, 0 .. 16] = from[i, 0 .. 16] (zero where from is null) + products * d (+ sums * m for
-// Q4_1), for rows i < rows: one block's 16 x 16 tile, scaled. The first block starts from
+// to[i, 0 .. 16] = from[i, 0 .. 16] (zero where from is null) + products * d (+ sums * m where
+// the format has minimums), for rows i < rows: one block's 16 x 16 tile, scaled. The first block starts from
 // zero and the last writes the output rows, so the sums never pass through a zeroing or a
 // copy of their own (5% of a 256-token prefill, profiled).
-template <bool kQ8>
+template <bool kHasMin>
 inline void scale_products(const float* products, const float* scales, const float* sums,
                            const float* from, int64_t from_stride, float* to, int64_t to_stride,
                            int64_t rows) {
@@ -211,9 +212,23 @@ inline void scale_products(const float* products, const float* scales, const flo
   for (int64_t i = 0; i < kAmxRows; ++i) {
     if (i >= rows) break;
     __m512 start = from == nullptr ? _mm512_setzero_ps() : _mm512_loadu_ps(from + i * from_stride);
-    if constexpr (!kQ8) start = _mm512_fmadd_ps(_mm512_set1_ps(sums[i]), m, start);
+    if constexpr (kHasMin) start = _mm512_fmadd_ps(_mm512_set1_ps(sums[i]), m, start);
     _mm512_storeu_ps(to + i * to_stride,
                      _mm512_fmadd_ps(_mm512_load_ps(products + i * kAmxHalf), d, start));
+  }
+}
+
+// Blocks of two records (16 columns) as a B tile and their scales, for amx_columns.
+template <bool kQ8>
+inline void convert_pair(const RecordSource<kQ8>& source, int64_t tile, int64_t block,
+                         uint16_t* codes, float* scales) {
+  static const CodeSpread spread;
+  const uint8_t* left = source.record(tile, block);
+  const uint8_t* right = source.record(tile + 1, block);
+  if constexpr (kQ8) {
+    convert_q8_0(left, right, codes, scales);
+  } else {
+    convert_q4_1(spread, left, right, codes, scales);
   }
 }
 
@@ -226,25 +241,19 @@ inline void scale_products(const float* products, const float* scales, const flo
 // independent sums, 8 products a block, which hide that latency, and each loaded tile
 // serves two products. Each row pair's parts are loaded once per block and quad, from L1
 // after the first quad; the codes of all blocks of the quads stay in L2.
-template <bool kQ8>
-void amx_columns(const uint8_t* weights, int64_t blocks, int64_t quad0, int64_t quads,
+template <class Source>
+void amx_columns(const Source& source, int64_t blocks, int64_t quad0, int64_t quads,
                  const SplitRows& x, int64_t row0, int64_t count, int64_t m, float* out,
                  int64_t out_stride) {
-  const int64_t run = blocks * record_bytes<kQ8>(), halves = 2 * quads;
+  const int64_t halves = 2 * quads;
   auto* codes = reinterpret_cast<uint16_t*>(
       scratch(Scratch::kAmxPanel, blocks * halves * kAmxTileWords / 2));
   float* scales = scratch(Scratch::kAmxScales, blocks * halves * 2 * kAmxHalf);
-  static const CodeSpread spread;
   for (int64_t b = 0; b < blocks; ++b) {
     for (int64_t h = 0; h < halves; ++h) {
-      const uint8_t* left = weights + 2 * (2 * quad0 + h) * run + b * record_bytes<kQ8>();
       const int64_t at = b * halves + h;
-      uint16_t* tile = codes + at * kAmxTileWords;
-      if constexpr (kQ8) {
-        convert_q8_0(left, left + run, tile, scales + at * 2 * kAmxHalf);
-      } else {
-        convert_q4_1(spread, left, left + run, tile, scales + at * 2 * kAmxHalf);
-      }
+      convert_pair(source, 2 * (2 * quad0 + h), b, codes + at * kAmxTileWords,
+                   scales + at * 2 * kAmxHalf);
     }
   }
   configure_tiles();
@@ -302,10 +311,10 @@ void amx_columns(const uint8_t* weights, int64_t blocks, int64_t quad0, int64_t 
           const float* from = first ? nullptr : a;
           float* to = last ? o + column : a;
           const int64_t to_stride = last ? out_stride : width;
-          scale_products<kQ8>(products[half], scale, top_sums, from, width, to, to_stride,
+          scale_products<Source::kHasMin>(products[half], scale, top_sums, from, width, to, to_stride,
                               last ? top_rows : kAmxRows);
           if (!lone) {
-            scale_products<kQ8>(products[2 + half], scale, bottom_sums,
+            scale_products<Source::kHasMin>(products[2 + half], scale, bottom_sums,
                                 from == nullptr ? nullptr : from + kAmxRows * width, width,
                                 to + kAmxRows * to_stride, to_stride,
                                 last ? bottom_rows : kAmxRows);

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "activations.h"
 #include "block_format.h"
 
 namespace astrai {
@@ -123,18 +124,42 @@ void panel_rows(const float* panel, int64_t inputs, const float* x, int64_t x_st
   if (left == 1) panel_tile<1, NV>(panel, inputs, xr, x_stride, o, out_stride, accumulate);
 }
 
-// Tiles [tile, tile + 1 or 2) for all m rows of x (m, k): out columns 8 * tile onwards.
+// Where the panel kernels read their weights: a tile's (8 columns') blocks of 32 inputs,
+// dequantized into a panel. The Q4_1 and Q8_0 records here; the K-quants in kquant_format.h.
 template <bool kQ8>
-void panel_columns(const uint8_t* weights, int64_t tiles, int64_t blocks, int64_t tile,
+struct RecordSource {
+  static constexpr bool kHasMin = !kQ8;  // w = d * code + m: the AMX kernel needs sums
+  static constexpr bool kAmx = true;     // amx_panel_kernel.h converts its blocks
+  const uint8_t* weights;
+  int64_t blocks;
+
+  const uint8_t* record(int64_t tile, int64_t block) const {
+    return weights + (tile * blocks + block) * record_bytes<kQ8>();
+  }
+  template <int64_t kWidth>
+  void dequantize_blocks(int64_t tile, int64_t block0, int64_t count, float* panel,
+                         int64_t column_offset) const {
+    dequantize<kQ8, kWidth>(record(tile, 0), block0, count, panel, column_offset);
+  }
+  // The records of blocks [block0, block0 + count) of a tile towards L2.
+  void prefetch(int64_t tile, int64_t block0, int64_t count) const {
+    const uint8_t* next = record(tile, block0);
+    for (int64_t line = 0; line < count * record_bytes<kQ8>(); line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T1);
+  }
+};
+
+// Tiles [tile, tile + 1 or 2) for all m rows of x (m, k): out columns 8 * tile onwards.
+template <class Source>
+void panel_columns(const Source& source, int64_t tiles, int64_t blocks, int64_t tile,
                    const float* x, int64_t m, float* out, int64_t out_stride) {
   alignas(64) float panel[kPanelBlocks * kBlock * kPanelWidth];
-  const int64_t run = blocks * record_bytes<kQ8>();
   const bool pair = tile + 1 < tiles;
   const int64_t k = blocks * kBlock;
   for (int64_t block0 = 0; block0 < blocks; block0 += kPanelBlocks) {
     const int64_t count = std::min(kPanelBlocks, blocks - block0);
-    dequantize<kQ8>(weights + tile * run, block0, count, panel, 0);
-    if (pair) dequantize<kQ8>(weights + (tile + 1) * run, block0, count, panel, kTile);
+    source.template dequantize_blocks<kPanelWidth>(tile, block0, count, panel, 0);
+    if (pair) source.template dequantize_blocks<kPanelWidth>(tile + 1, block0, count, panel, kTile);
     const float* xs = x + block0 * kBlock;
     float* o = out + tile * kTile;
     if (pair) {

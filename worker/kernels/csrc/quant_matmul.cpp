@@ -21,13 +21,11 @@
 #include <string>
 
 #include "activations.h"
-#include "amx_panel_kernel.h"
 #include "block_format.h"
 #include "direct_kernel.h"
 #include "ops.h"
-#include "panel_kernel.h"
+#include "panel_matmul.h"
 #include "wide_direct_kernel.h"
-#include "wide_panel_kernel.h"
 #include "parallel.h"
 
 namespace astrai {
@@ -74,97 +72,6 @@ void direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int6
   }
 }
 
-#if defined(__AVX2__)
-template <bool kQ8>
-void panel(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int64_t tiles,
-           int64_t blocks, float* out) {
-  const int64_t m = input.size(0), k = blocks * kBlock;
-  const Rows rows = prepare_rows(input.data_ptr<float>(), m, k, kQ8, pro, false);
-  const int64_t stride = tiles * kTile;
-#if defined(__AVX512F__)
-  // Four tiles a panel (wide_panel_kernel.h), the last one to three tiles in pairs below.
-  const int64_t quads = tiles / kQuadTiles;
-  const float* packed = quads > 0 ? interleave_rows(rows.x, m, k) : nullptr;
-  // Every panel reads all of its rows' activations; rows in blocks of ~1 MB keep them in L2
-  // however long the chunk. (At 512 rows, 3 MB for the MLP's down projection, it measured
-  // neither faster nor slower on a 2 MB-L2 Xeon: its prefetchers kept up from L3.)
-  const int64_t row_block = std::max<int64_t>(kQuadRows, (1 << 20) / (4 * k) / kQuadRows * kQuadRows);
-#else
-  const int64_t quads = 0;
-  const float* packed = nullptr;
-  const int64_t row_block = m;
-#endif
-  const int64_t first_pair = 4 * quads;  // the first tile of the pairs
-  const int64_t groups = quads + (tiles - first_pair + 1) / 2;
-  const int64_t row_blocks = (m + row_block - 1) / row_block;
-  parallel_chunks(row_blocks * groups, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t row0 = item / groups * row_block, g = item % groups;
-      const int64_t count = std::min(row_block, m - row0);
-      const float* x = rows.x + row0 * k;
-      float* o = out + row0 * stride;
-#if defined(__AVX512F__)
-      if (g < quads) {
-        quad_columns<kQ8>(w, blocks, kQuadTiles * g, x, packed + row0 * k, count, o, stride);
-        continue;
-      }
-#endif
-      panel_columns<kQ8>(w, tiles, blocks, first_pair + 2 * (g - quads), x, count, o, stride);
-    }
-  });
-}
-#endif
-
-#if defined(ASTRAI_AMX)
-// The panel path on AMX (amx_panel_kernel.h): tiles in fours, the last one to three on the
-// float32 panel kernel in pairs.
-template <bool kQ8>
-void amx_panel(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int64_t tiles,
-               int64_t blocks, float* out) {
-  const int64_t m = input.size(0), k = blocks * kBlock, stride = tiles * kTile;
-  const Rows rows = prepare_rows(input.data_ptr<float>(), m, k, kQ8, pro, false);
-  const SplitRows split = split_rows(rows.x, m, k, !kQ8);
-  const int64_t quads = tiles / 4, first_pair = 4 * quads;
-  // Rows in blocks of ~1 MB of parts (2 bytes a part), so that they stay in L2 while every
-  // group of columns passes over them. Each row block converts its groups' codes again;
-  // all rows in one pass per group measured up to 8% slower at 512 rows all the same.
-  const int64_t unit = 2 * kAmxRows;
-  const int64_t row_block =
-      std::max<int64_t>(unit, (1 << 20) / (2 * kAmxParts * k) / unit * unit);
-  const int64_t row_blocks = (m + row_block - 1) / row_block;
-  // Groups as wide as kAmxMaxQuads, but at least ~4 per thread to share the work evenly.
-  const int64_t threads = at::get_num_threads();
-  const int64_t wanted = std::max<int64_t>(1, 4 * threads / row_blocks);
-  int64_t width = std::clamp<int64_t>(quads / wanted, 1, kAmxMaxQuads);
-  // Equal groups, as many for each thread: otherwise one thread computes the last group
-  // while the others wait (576 outputs: 9 groups of two quads on two threads).
-  for (int64_t w = kAmxMaxQuads; w >= 1; --w) {
-    const int64_t groups_per_block = quads / w;
-    if (quads % w == 0 && groups_per_block * row_blocks >= 2 * threads &&
-        groups_per_block * row_blocks % threads == 0) {
-      width = w;
-      break;
-    }
-  }
-  const int64_t amx_groups = (quads + width - 1) / width;
-  const int64_t groups = amx_groups + (tiles - first_pair + 1) / 2;
-  parallel_chunks(row_blocks * groups, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t row0 = item / groups * row_block, g = item % groups;
-      const int64_t count = std::min(row_block, m - row0);
-      if (g < amx_groups) {
-        const int64_t quad0 = g * width;
-        amx_columns<kQ8>(w, blocks, quad0, std::min(width, quads - quad0), split, row0, count,
-                         m, out, stride);
-      } else {
-        panel_columns<kQ8>(w, tiles, blocks, first_pair + 2 * (g - amx_groups),
-                           rows.x + row0 * k, count, out + row0 * stride, stride);
-      }
-    }
-  });
-}
-#endif
-
 }  // namespace
 
 template <bool kQ8>
@@ -208,15 +115,8 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
 #if defined(__AVX2__)
     const float* start = init.defined() ? init.data_ptr<float>() : nullptr;
     if (!direct_path) {
-#if defined(ASTRAI_AMX)
-      if (tiles >= 4 && amx_ready()) {
-        amx_panel<kQ8>(input, pro, w, tiles, blocks, o);
-      } else {
-        panel<kQ8>(input, pro, w, tiles, blocks, o);
-      }
-#else
-      panel<kQ8>(input, pro, w, tiles, blocks, o);
-#endif
+      const Rows rows = prepare_rows(input.data_ptr<float>(), m, k, kQ8, pro, false);
+      panel_matmul(RecordSource<kQ8>{w, blocks}, rows.x, m, tiles, blocks, o);
     } else {
       direct<kQ8>(input, pro, w, tiles, blocks, o, start);
     }

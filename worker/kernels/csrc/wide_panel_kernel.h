@@ -83,21 +83,18 @@ inline const float* interleave_rows(const float* x, int64_t m, int64_t k) {
 
 // Tiles [tile, tile + 4) for all m rows of x (m, k): out columns 8 * tile onwards. `packed`:
 // interleave_rows(x).
-template <bool kQ8>
-void quad_columns(const uint8_t* weights, int64_t blocks, int64_t tile, const float* x,
+template <class Source>
+void quad_columns(const Source& source, int64_t blocks, int64_t tile, const float* x,
                   const float* packed, int64_t m, float* out, int64_t out_stride) {
   alignas(64) float panel[kQuadBlocks * kBlock * kQuadWidth];
-  const int64_t run = blocks * record_bytes<kQ8>();
   const int64_t k = blocks * kBlock;
   for (int64_t block0 = 0; block0 < blocks; block0 += kQuadBlocks) {
     const int64_t count = std::min(kQuadBlocks, blocks - block0);
     for (int64_t t = 0; t < kQuadTiles; ++t) {
-      dequantize<kQ8, kQuadWidth>(weights + (tile + t) * run, block0, count, panel, t * kTile);
-      // The next panel's records into L2 while this one computes: a step's weights stream
+      source.template dequantize_blocks<kQuadWidth>(tile + t, block0, count, panel, t * kTile);
+      // The next panel's weights into L2 while this one computes: a step's weights stream
       // from memory, and each panel's 5 KB arriving one miss at a time stalled the panel.
-      const uint8_t* next = weights + (tile + t) * run + (block0 + count) * record_bytes<kQ8>();
-      const int64_t ahead = std::min(kQuadBlocks, blocks - block0 - count) * record_bytes<kQ8>();
-      for (int64_t line = 0; line < ahead; line += 64) _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T1);
+      source.prefetch(tile + t, block0 + count, std::min(kQuadBlocks, blocks - block0 - count));
     }
     const int64_t inputs = count * kBlock;
     const bool accumulate = block0 > 0;

@@ -1,0 +1,80 @@
+// K-quant weights (Q4_K woven by ggml, Q6_K as the file holds it) times float32 activations on
+// the panel kernels, for many rows at a time.
+//
+// Why: ggml's own kernels for these types quantize the activations to 8 bits and multiply
+// integers, which is what a decode step of one or a few rows wants (it is bound by reading
+// the weights); from some rows on the work is bound by arithmetic, and the panel kernels,
+// which unpack each block's codes once and reuse them over all rows (on the tile unit where
+// the CPU has one), do more of it per cycle. The weights stay in the one copy ggml reads: the
+// woven Q4_K bytes are read as they lie, so nothing is held twice. Which rows take which path
+// is the probe's choice (worker/kernels/plan.py).
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <cstdint>
+
+#include "kquant_amx.h"
+#include "kquant_format.h"
+#include "panel_matmul.h"
+
+namespace astrai {
+namespace {
+
+// ggml's type ids (ggml.h's enum ggml_type), as the GGUF file names them.
+constexpr int64_t kGgmlQ4K = 12;
+constexpr int64_t kGgmlQ6K = 14;
+
+at::Tensor kquant_linear(const at::Tensor& x_in, const at::Tensor& weight, int64_t type,
+                         int64_t out_features) {
+  TORCH_CHECK(type == kGgmlQ4K || type == kGgmlQ6K, "kquant_linear takes Q4_K (", kGgmlQ4K,
+              ") or Q6_K (", kGgmlQ6K, "), got type ", type);
+  TORCH_CHECK(x_in.dim() == 2, "x must be (rows, in)");
+  TORCH_CHECK(weight.scalar_type() == at::kByte && weight.dim() == 2 && weight.is_contiguous(),
+              "weight must be a contiguous (rows, row bytes) uint8 tensor");
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const int64_t m = x.size(0), k = x.size(1), n = out_features;
+  const int64_t block_bytes = type == kGgmlQ4K ? kQ4KWovenBytes / kTile : kQ6KBytes;
+  TORCH_CHECK(k % kSuperBlock == 0, "in_features ", k, " is not a multiple of ", kSuperBlock);
+  TORCH_CHECK(weight.size(0) == n && n % kTile == 0, "weight has ", weight.size(0),
+              " rows; out_features ", n, " must equal it and be a multiple of ", kTile);
+  TORCH_CHECK(weight.size(1) == k / kSuperBlock * block_bytes, "weight rows of ", weight.size(1),
+              " bytes do not hold ", k, " inputs");
+  at::Tensor out = at::empty({m, n}, x.options());
+  if (m == 0) return out;
+#if defined(__AVX2__)
+  const uint8_t* w = weight.data_ptr<uint8_t>();
+  const int64_t tiles = n / kTile, blocks = k / kBlock, supers = k / kSuperBlock;
+  if (type == kGgmlQ4K) {
+    panel_matmul(Q4KWoven{w, supers}, x.data_ptr<float>(), m, tiles, blocks, out.data_ptr<float>());
+  } else {
+    panel_matmul(Q6KRows{w, supers}, x.data_ptr<float>(), m, tiles, blocks, out.data_ptr<float>());
+  }
+#else
+  TORCH_CHECK(false, "kquant_linear needs AVX2 (see kquant_linear_available)");
+#endif
+  return out;
+}
+
+// Whether this build has the kernels at all (AVX2 or wider).
+bool kquant_linear_available() {
+#if defined(__AVX2__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+// x (rows, in) float32 times a Q4_K weight woven by ggml's repack (astrai_ggml::interleave)
+// or a plain Q6_K one, (out, row bytes) uint8 → (rows, out) float32.
+TORCH_LIBRARY_FRAGMENT(astrai, m) {
+  m.def("kquant_linear(Tensor x, Tensor weight, int type, int out_features) -> Tensor");
+  m.def("kquant_linear_available() -> bool", &kquant_linear_available);
+}
+
+TORCH_LIBRARY_IMPL(astrai, CPU, m) { m.impl("kquant_linear", &kquant_linear); }
+
+}  // namespace astrai

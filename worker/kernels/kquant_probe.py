@@ -1,0 +1,82 @@
+"""From how many rows the panel kernels beat ggml's own on K-quant weights, measured here.
+
+ggml's kernels for Q4_K and Q6_K quantize the activations to 8 bits and multiply integers;
+ours (csrc/kquant_matmul.cpp) unpack each block once per panel and multiply float32 (bf16
+tiles on AMX). Which wins at a given number of rows depends on the CPU's instructions: on an
+AMX Xeon the panels won from 16 rows, on AVX-512 without AMX the Q4_K panels barely matched
+ggml's VNNI gemm even at 64 (docs/BENCHMARKS.md). So it is timed, not assumed.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+from worker.kernels.build import native_kernels_available
+from worker.kernels.ggml_build import ggml_kernels_available
+
+# ggml type ids of the K-quants the panel kernels read.
+KQUANT_TYPES = {"Q4_K": 12, "Q6_K": 14}
+CANDIDATE_ROWS = (8, 16, 32, 64)
+_SHAPE = (512, 2048)  # (out, in): a projection of a 1 B-class model, whole super-blocks
+_WEIGHTS = 6  # distinct weights timed in turn (~3.5 MB of Q4_K), so that they stream
+
+
+def kquant_kernels_available() -> bool:
+    """Both libraries loaded and the panel kernels compiled in (AVX2 or wider)."""
+    if not (native_kernels_available() and ggml_kernels_available()):
+        return False
+    return bool(torch.ops.astrai.kquant_linear_available())
+
+
+def _best_ms(run: Callable[[], object], repeats: int = 3) -> float:
+    run()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+def _each(calls: Sequence[Callable[[], object]]) -> None:
+    for call in calls:
+        call()
+
+
+@torch.inference_mode()
+def measure_kquant_rows(measured: dict[str, float]) -> dict[str, int]:
+    """Per K-quant type, the fewest rows at which the panel kernel took < 0.95x ggml's time
+    (0: at none of the candidates); every timing goes into `measured` (ms per matmul)."""
+    ggml, ours = torch.ops.astrai_ggml, torch.ops.astrai
+    generator = torch.Generator().manual_seed(0)
+    out, width = _SHAPE
+    rows_by_type: dict[str, int] = {}
+    for name, kind in KQUANT_TYPES.items():
+        woven = int(ggml.can_interleave(kind, out))
+        # One weight quantized (ggml's K-quant search is the slow part), in distinct copies.
+        codes = ggml.quantize(torch.randn(_SHAPE, generator=generator) * 0.02, kind)
+        codes = ggml.interleave(codes, kind, width) if woven else codes
+        weights = [codes.clone() for _ in range(_WEIGHTS)]
+        if name == "Q4_K" and not woven:  # our Q4_K kernel reads ggml's woven bytes only
+            rows_by_type[name] = 0
+            continue
+        rows_by_type[name] = 0
+        for rows in CANDIDATE_ROWS:
+            x = torch.randn(rows, width, generator=generator)
+            theirs = [
+                functools.partial(ggml.linear, x, [w], [kind], [out], [woven], None)
+                for w in weights
+            ]
+            panel = [functools.partial(ours.kquant_linear, x, w, kind, out) for w in weights]
+            ggml_ms = _best_ms(functools.partial(_each, theirs)) / _WEIGHTS
+            panel_ms = _best_ms(functools.partial(_each, panel)) / _WEIGHTS
+            measured[f"{name} ggml {rows} rows"] = ggml_ms
+            measured[f"{name} panel {rows} rows"] = panel_ms
+            if panel_ms < 0.95 * ggml_ms:
+                rows_by_type[name] = rows
+                break
+    return rows_by_type
