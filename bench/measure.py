@@ -54,7 +54,7 @@ def run_engine(
     submitted_at: dict[str, float] = {}
     first_token: dict[str, float] = {}
     tokens = 0
-    stats_before = engine.get_stats()
+    stats_before = engine.stats()
     start = time.perf_counter()
     next_index = 0
 
@@ -79,7 +79,7 @@ def run_engine(
                 submit_next()
     wall = time.perf_counter() - start
     ttfts = [first_token[r] - submitted_at[r] for r in submitted_at]
-    stats = engine.get_stats()
+    stats = engine.stats()
     prompt_tokens = sum(len(engine.requests.prompt_token_ids(c)) for c in conversations)
     hits = stats.prefix_cache_hit_tokens - stats_before.prefix_cache_hit_tokens
     return RunResult(

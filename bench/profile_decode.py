@@ -19,11 +19,12 @@ from worker.engine.inference_engine import InferenceEngine
 def profile_decode(batch: int, steps: int, options: dict[str, Any]) -> str:
     """Run `batch` W1 requests; time and profile `steps` decode forwards on the engine thread."""
     with InferenceEngine(**options) as engine:
-        scheduler, runner = engine.scheduler, engine.scheduler.runner
+        runner, sampler = engine.scheduler.runner, engine.scheduler.sampler
+        scheduler = engine.scheduler.scheduler
         timings: dict[str, float] = defaultdict(float)
         op_times: dict[str, float] = defaultdict(float)
         counted = {"decode": 0}
-        forward, sample = runner.forward, scheduler._sample
+        forward, sample, update = runner.forward, sampler.sample, scheduler.update
 
         def timed_forward(chunks: Any) -> torch.Tensor:
             is_decode = all(len(c.token_ids) == 1 for c in chunks) and len(chunks) == batch
@@ -38,13 +39,20 @@ def profile_decode(batch: int, steps: int, options: dict[str, Any]) -> str:
                 op_times[event.key] += event.self_cpu_time_total / 1e3  # ms
             return logits
 
-        def timed_sample(seqs: Any, logits: torch.Tensor) -> None:
-            start = time.perf_counter()
-            sample(seqs, logits)
-            if len(seqs) == batch and 0 < counted["decode"] <= steps:
-                timings["sample+postprocess"] += time.perf_counter() - start
+        def timed(name: str, function: Any) -> Any:
+            def run(*args: Any) -> Any:
+                start = time.perf_counter()
+                result = function(*args)
+                rows = len(args[0].samples if name == "update" else args[0])
+                if rows == batch and 0 < counted["decode"] <= steps:
+                    timings["sample+postprocess"] += time.perf_counter() - start
+                return result
 
-        runner.forward, scheduler._sample = timed_forward, timed_sample
+            return run
+
+        runner.forward = timed_forward  # type: ignore[method-assign]
+        sampler.sample = timed("sample", sample)  # type: ignore[method-assign]
+        scheduler.update = timed("update", update)  # type: ignore[method-assign]
         done = threading.Semaphore(0)
         params = SamplingParams(temperature=0, max_tokens=steps + 8, ignore_eos=True)
         for conversation in w1().conversations[:batch]:

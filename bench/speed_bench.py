@@ -31,6 +31,7 @@ from bench.summary import summarize
 from bench.workloads import TENANTS, mixed, tenant_system_prompt, w1, w2
 from worker.kernels.plan import kernel_plan
 from worker.machine.cpu_info import describe as describe_cpu
+from worker.model.kernel_probe import measure
 from worker.model.model_dir import default_model_path, resolve_model_dir
 
 WORKLOADS = {"W1": w1, "W2": w2}
@@ -175,7 +176,7 @@ def main() -> None:
     machine = {
         "cpu": describe_cpu(),
         "torch": torch.__version__,
-        "kernel_plan": kernel_plan().describe(),
+        "kernel_plan": kernel_plan(measure).describe(),
         "llama_server": binary,
     }
     tables = [

@@ -1,8 +1,9 @@
 """SamplingParams: one request's generation settings, the one struct that crosses ZeroMQ.
 
-The gateway builds it from a protocol's body and sends `to_wire()` in `Submit.params`; the
-worker rebuilds it with `from_wire`; the engine API builds it from keywords. All three
-validate with the same rules, so no side accepts what the other refuses.
+Built where settings enter: by the gateway from a protocol's body, by the engine API from
+keywords, and by the wire codec on the worker's side of Submit and Tokenize (`to_wire`, then
+`from_wire`). Each checks by the same rules, once, so no side accepts what another refuses;
+past those edges every part of the worker reads this one typed struct.
 """
 
 from __future__ import annotations

@@ -6,12 +6,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from common.errors import RejectCode
+from common.sampling_params import SamplingParams
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
 from common.worker_stats import WorkerStats
 
 # 2: logprobs, tool-call parts and stats are structs (lists of their fields, in order), not
 # positional lists and maps; finish reasons and reject codes are checked against their enums.
-PROTOCOL_VERSION = 3
+# 4: Submit and Tokenize carry SamplingParams as a checked struct, rebuilt on arrival.
+PROTOCOL_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -116,13 +118,12 @@ class Finished(Message):
 
 @dataclass(frozen=True)
 class Submit(Message):
-    """Generate for chat `messages` (or a raw `prompt`, or raw `prompts`) with `params`:
-    `SamplingParams.to_wire()` (common/sampling_params.py), checked by the gateway and read
-    back with `SamplingParams.from_wire`, which checks it by the same rules."""
+    """Generate for chat `messages` (or a raw `prompt`, or raw `prompts`) with `params`,
+    built by the gateway and checked again on arrival by the same rules (common/wire.py)."""
 
     tag: ClassVar[str] = "submit"
     request_id: str
-    params: dict[str, Any]
+    params: SamplingParams
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
     # The Completions API: each prompt is text or token ids (used as they are) and its own
@@ -158,7 +159,7 @@ class Tokenize(Message):
 
     tag: ClassVar[str] = "tokenize"
     request_id: str
-    params: dict[str, Any]
+    params: SamplingParams
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
     token_ids: list[int] | None = None

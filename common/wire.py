@@ -3,7 +3,10 @@
 A message is a msgpack map of its fields plus its tag (`"t"`) and PROTOCOL_VERSION (`"v"`):
 named fields, so a newer side may add optional ones. A struct inside a message (a token's
 logprob, a tool-call part, worker stats) is the list of its fields in declaration order,
-which is compact for what crosses once per token; its length must be exact. A text enum
+which is compact for what crosses once per token; its length must be exact. A checked
+struct (SamplingParams, with to_wire and from_wire) is the map of the fields it was given,
+rebuilt on arrival by its own rules: a request they refuse is a WireRefusal, which the
+receiver answers with Rejected instead of dropping it. A text enum
 (FinishReason, RejectCode) crosses as its value. Decoding checks every value against its
 annotation (int, float, str, bool, None, list, tuple, dict, unions, enums and structs,
 recursively; a bool is never an int) and builds the enums and structs; nothing is pickled.
@@ -19,8 +22,9 @@ from typing import Any
 
 import msgpack
 
+from common.errors import RejectCode
 from common.schemas import MESSAGE_TYPES, PROTOCOL_VERSION, Message
-from common.wire_readers import Mismatch, Reader, field_names, reader
+from common.wire_readers import Mismatch, Reader, Refused, field_names, reader
 
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 # A worker batches the events of one step into one multipart message, each part a whole
@@ -39,6 +43,18 @@ class WireError(ValueError):
         self.reason = reason
 
 
+class WireRefusal(WireError):
+    """A well-formed request whose settings break the rules: not a bad frame to drop but a
+    request its receiver refuses by id, with the parameter and message the rules gave."""
+
+    def __init__(self, request_id: str, error: ValueError) -> None:
+        super().__init__("refused", str(error))
+        self.request_id = request_id
+        self.message = str(error)
+        self.param: str | None = getattr(error, "param", None)
+        self.code: RejectCode = getattr(error, "code", RejectCode.INVALID_REQUEST)
+
+
 def encode(message: Message) -> bytes:
     fields = field_names(type(message))  # type: ignore[arg-type]  # classes hash
     body = {name: getattr(message, name) for name in fields}
@@ -49,9 +65,12 @@ def encode(message: Message) -> bytes:
     return packed
 
 
-def _struct_as_list(value: Any) -> list[Any]:
+def _struct_as_list(value: Any) -> list[Any] | dict[str, Any]:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return [getattr(value, name) for name in field_names(type(value))]
+    if hasattr(value, "to_wire"):  # a checked struct: the map of its fields
+        wire: dict[str, Any] = value.to_wire()
+        return wire
     raise TypeError(f"{type(value).__name__} cannot cross the wire")
 
 
@@ -79,6 +98,8 @@ def decode(frame: bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Message:
             values[name] = read(body[name])
         except Mismatch:
             raise WireError("malformed", f"{cls.tag}.{name} has the wrong type") from None
+        except Refused as refused:  # request_id, every request's first field, is read
+            raise WireRefusal(values.get("request_id", ""), refused.error) from None
     return cls(**values)
 
 
@@ -102,9 +123,15 @@ class DropCounter:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
 
-    def decode(self, frame: bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Message | None:
+    def decode(
+        self, frame: bytes, max_bytes: int = DEFAULT_MAX_FRAME_BYTES, refusals: bool = False
+    ) -> Message | None:
+        """The message, or None for a dropped frame. With `refusals` (a receiver of requests)
+        a WireRefusal is raised for the caller to answer; else it is dropped and counted too."""
         try:
             return decode(frame, max_bytes)
         except WireError as exc:
+            if refusals and isinstance(exc, WireRefusal):
+                raise
             self.counts[exc.reason] += 1
             return None

@@ -20,6 +20,15 @@ class Mismatch(Exception):
     """A value that does not fit its annotation; the codec turns it into a WireError."""
 
 
+class Refused(Exception):
+    """A checked struct (one with `from_wire`) whose own rules refused the value it was sent;
+    the codec turns it into a WireRefusal, which its receiver answers."""
+
+    def __init__(self, error: ValueError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 @cache
 def field_names(cls: type) -> tuple[str, ...]:
     """A dataclass's field names in declaration order: a struct's order on the wire."""
@@ -78,6 +87,8 @@ def reader(hint: Any) -> Reader:
         return _enum_reader(hint)
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _struct_reader(hint)
+    if isinstance(hint, type) and hasattr(hint, "from_wire"):
+        return _checked_struct_reader(hint)
     raise TypeError(f"the wire cannot carry {hint!r}")
 
 
@@ -144,6 +155,22 @@ def _enum_reader(cls: type[enum.Enum]) -> Reader:
         if isinstance(value, str) and value in members:
             return members[value]
         raise Mismatch
+
+    return read
+
+
+def _checked_struct_reader(cls: type) -> Reader:
+    """A struct that crosses as the map of its fields and checks itself on arrival with
+    `cls.from_wire` (SamplingParams: the rules the sending side built it with)."""
+    from_wire = cls.from_wire  # type: ignore[attr-defined]  # hasattr-checked above
+
+    def read(value: Any) -> Any:
+        if not isinstance(value, dict) or not all(isinstance(key, str) for key in value):
+            raise Mismatch
+        try:
+            return from_wire(value)
+        except ValueError as exc:
+            raise Refused(exc) from None
 
     return read
 

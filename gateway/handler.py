@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -65,7 +66,7 @@ class ProtocolHandler:
             return self.refuse(error)
         except ClientDisconnect:
             return self.client_gone()
-        self.apply_default_budget(chat)
+        chat = self.with_default_budget(chat)
         lifecycle = RequestLifecycle(self.services, self.builder, started_at)
         try:
             await lifecycle.admit()
@@ -99,11 +100,13 @@ class ProtocolHandler:
                 retry_after_s=DRAIN_RETRY_AFTER_S,
             )
 
-    def apply_default_budget(self, chat: ChatRequest) -> None:
+    def with_default_budget(self, chat: ChatRequest) -> ChatRequest:
         """`--default-max-tokens` for a request that set no budget (never below its min_tokens)."""
-        default = self.services.config.default_max_tokens
-        if default is not None and chat.params.get("max_tokens") is None:
-            chat.params["max_tokens"] = max(default, chat.params.get("min_tokens", 0))
+        default, params = self.services.config.default_max_tokens, chat.params
+        if default is None or params.max_tokens is not None:
+            return chat
+        budget = max(default, params.min_tokens)  # valid: the config checks its default
+        return replace(chat, params=params.model_copy(update={"max_tokens": budget}))
 
     async def read_body(self, request: Request) -> Any:
         """The JSON body, within the configured size and time."""

@@ -9,6 +9,7 @@ import uuid
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from common.sampling_params import SamplingParams
 from common.schemas import Rejected, Tokenize, Tokenized
 from gateway.errors import ErrorKind, GatewayError
 from gateway.handler import ProtocolHandler
@@ -41,7 +42,7 @@ async def tokenize(handler: ProtocolHandler, request: Request) -> Response:
     else:
         raw = TokenizeBody.parse(body)
         model = raw.model
-        message = Tokenize(_request_id(), {}, prompt=raw.prompt)
+        message = Tokenize(_request_id(), SamplingParams(), prompt=raw.prompt)
     reply = await ask_worker(handler, model, message)
     tokens = reply.token_ids
     return JSONResponse(
@@ -53,7 +54,7 @@ async def detokenize(handler: ProtocolHandler, request: Request) -> Response:
     """POST /detokenize: {"tokens": [ids]} → {"prompt": text}."""
     handler.check_open()
     body = DetokenizeBody.parse(await handler.read_body(request))
-    message = Tokenize(_request_id(), {}, token_ids=body.tokens)
+    message = Tokenize(_request_id(), SamplingParams(), token_ids=body.tokens)
     reply = await ask_worker(handler, body.model, message)
     return JSONResponse({"prompt": reply.text})
 

@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.sampling_params import SamplingParams
 from common.schemas import Submit
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
 from gateway.errors import GatewayError
@@ -16,15 +17,15 @@ from gateway.errors import GatewayError
 class ChatRequest:
     """What a client asked for, in no protocol's shape: a chat, or raw prompts.
 
-    `params` are the worker's sampling keywords (SamplingParams names: temperature, top_k,
-    top_p, max_tokens, stop, n, seed, …); the gateway forwards them in `Submit.params`.
+    `params` are the request's generation settings, checked where the body entered; the
+    gateway forwards them in `Submit.params`.
     With `prompts` (the Completions API) `messages` is empty and each prompt is its own
     generation of n choices, numbered prompt-major: prompt p's choice i is p * n + i.
     """
 
     model: str | None
     messages: list[dict[str, str]]  # [{"role": "system"|"user"|"assistant", "content": str}]
-    params: dict[str, Any]
+    params: SamplingParams
     stream: bool = False
     include_usage: bool = False  # OpenAI stream_options.include_usage
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -35,7 +36,7 @@ class ChatRequest:
 
     @property
     def n(self) -> int:
-        return int(self.params.get("n", 1))
+        return self.params.n
 
     @property
     def num_choices(self) -> int:

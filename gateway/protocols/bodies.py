@@ -57,11 +57,11 @@ class RequestBody(BaseModel):
             raise GatewayError.invalid(message, param) from None
 
 
-def checked_params(params: dict[str, Any]) -> dict[str, Any]:
-    """The sampling keywords as the worker will read them: built into SamplingParams here,
-    by the rules the engine API applies too, and sent in its wire form."""
+def checked_params(params: dict[str, Any]) -> SamplingParams:
+    """The sampling keywords built into SamplingParams, by the rules the engine API and the
+    worker's side of the wire apply too: the one check where a body's settings enter."""
     try:
-        return SamplingParams(**params).to_wire()
+        return SamplingParams(**params)
     except RequestError as exc:
         raise GatewayError.invalid(str(exc), exc.param) from None
 

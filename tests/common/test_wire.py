@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.errors import RejectCode
+from common.sampling_params import SamplingParams
 from common.schemas import (
     MESSAGE_TYPES,
     PROTOCOL_VERSION,
@@ -24,7 +25,7 @@ from common.schemas import (
     Tokens,
 )
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta, TopLogprob
-from common.wire import DropCounter, WireError, decode, encode
+from common.wire import DropCounter, WireError, WireRefusal, decode, encode
 from common.worker_stats import WorkerStats
 
 HELLO = TokenLogprob(
@@ -71,14 +72,20 @@ EXAMPLES = [
     Finished("req-1", 0, FinishReason.STOP, 37, 8, 16, stop="\n\n"),
     CALLS_END := Finished("req-1", 0, FinishReason.TOOL_CALLS, 37, 8, 0, stop=2),
     Finished("req-1", 0, FinishReason.ERROR, 37, 0, 0, error="device lost"),
-    Submit(
-        "req-1", {"temperature": 0.0, "stop": ["x"]}, messages=[{"role": "user", "content": "Hi"}]
+    SUBMIT := Submit(
+        "req-1",
+        SamplingParams(temperature=0.0, stop=["x"]),
+        messages=[{"role": "user", "content": "Hi"}],
     ),
-    Submit("req-2", {}, prompt="raw text"),
-    Submit("req-3", {"n": 2}, prompts=["raw text", [1, 2, 3]], echo=True),
+    Submit("req-2", SamplingParams(), prompt="raw text"),
+    Submit("req-3", SamplingParams(n=2), prompts=["raw text", [1, 2, 3]], echo=True),
     Abort("req-1"),
-    Tokenize("tok-1", {"tools": [{"name": "f"}]}, messages=[{"role": "user", "content": "hi"}]),
-    Tokenize("tok-2", {}, token_ids=[1, 2, 3]),
+    Tokenize(
+        "tok-1",
+        SamplingParams(tools=[{"name": "f"}]),
+        messages=[{"role": "user", "content": "hi"}],
+    ),
+    Tokenize("tok-2", SamplingParams(), token_ids=[1, 2, 3]),
     Tokenized("tok-1", [5, 6], max_context=8192),
     Tokenized("tok-2", [1, 2, 3], text="abc"),
     GatewayBeat("gw-1"),
@@ -104,6 +111,33 @@ def test_structs_and_enums_come_back_as_their_types():
     assert isinstance(rejected, Rejected) and rejected.code is RejectCode.DRAINING
     heartbeat = decode(encode(BEAT))
     assert isinstance(heartbeat, Heartbeat) and type(heartbeat.stats) is WorkerStats
+
+
+def test_sampling_params_cross_as_the_map_of_the_settings_given_and_come_back_typed():
+    body = msgpack.unpackb(encode(SUBMIT))
+    assert body["params"] == {"temperature": 0.0, "stop": ["x"]}
+    submit = decode(encode(SUBMIT))
+    assert isinstance(submit, Submit) and type(submit.params) is SamplingParams
+    assert submit.params.stop == ("x",) and submit.params.model_fields_set == {
+        "temperature",
+        "stop",
+    }
+
+
+def test_settings_the_rules_refuse_are_a_refusal_naming_the_request_and_parameter():
+    frame = msgpack.packb(
+        {"t": "submit", "v": PROTOCOL_VERSION, "request_id": "r-9", "params": {"top_p": 0}}
+    )
+    with pytest.raises(WireRefusal) as refused:
+        decode(frame)
+    assert (refused.value.request_id, refused.value.param) == ("r-9", "top_p")
+    assert refused.value.code is RejectCode.INVALID_REQUEST and "top_p" in refused.value.message
+    counter = DropCounter()
+    with pytest.raises(WireRefusal):  # a receiver of requests answers it
+        counter.decode(frame, refusals=True)
+    assert not counter.counts
+    assert counter.decode(frame) is None  # anyone else drops it, counted
+    assert counter.counts == {"refused": 1}
 
 
 def test_a_struct_crosses_as_the_list_of_its_fields():

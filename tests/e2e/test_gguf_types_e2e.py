@@ -17,6 +17,7 @@ from tests.worker.model_factory import requantize_gguf
 from tests.worker.native import needs_ggml
 from worker.engine.inference_engine import InferenceEngine
 from worker.kernels.plan import kernel_plan
+from worker.model.kernel_probe import measure
 from worker.model.loader import load_model
 from worker.model.model_dir import default_model_path, resolve_model_dir
 
@@ -126,7 +127,7 @@ def test_the_k_quant_panel_kernels_serve_what_the_engine_computes(mixed_file, mo
     folder = resolve_model_dir(mixed_file)
     ids = resolve_tokens(folder)
     panels = load_model(
-        folder, torch.float32, torch.device("cpu"), quantization="gguf", plan=kernel_plan()
+        folder, torch.float32, torch.device("cpu"), quantization="gguf", plan=kernel_plan(measure)
     )
     reference = sequence_logits(load_model(folder, torch.float32, torch.device("cpu")), ids)
     agreement = (sequence_logits(panels, ids).argmax(-1) == reference.argmax(-1)).float().mean()

@@ -42,5 +42,5 @@ def test_a_stream_that_copies_its_input_keeps_drafts_and_its_text(
     # The same request in-process with drafting off: the same text, token for token.
     with InferenceEngine(speculative_tokens=0, kv_cache_mb=64, device=engine_device()) as engine:
         plain = engine.generate(COPY, max_tokens=60, temperature=0)
-        assert engine.get_stats().draft_tokens == 0
+        assert engine.get_stats()["draft_tokens"] == 0
     assert streamed == plain

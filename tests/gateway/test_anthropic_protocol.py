@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.sampling_params import SamplingParams
 from common.token_output import TokenLogprob
 from common.wire import encode
 from gateway.errors import ErrorKind, GatewayError
@@ -39,7 +40,9 @@ def parse_error(body: Any) -> GatewayError:
 
 
 def make_state() -> StreamState:
-    request = ChatRequest(model="smol", messages=HELLO, params=DEFAULT_PARAMS, stream=True)
+    request = ChatRequest(
+        model="smol", messages=HELLO, params=SamplingParams(**DEFAULT_PARAMS), stream=True
+    )
     return StreamState(
         request_id="msg_abc",
         model="smol",
@@ -70,7 +73,9 @@ def text_block(text: str) -> dict[str, str]:
 
 
 def test_minimal_request_gets_explicit_defaults():
-    assert parse() == ChatRequest(model="smol", messages=HELLO, params=DEFAULT_PARAMS)
+    assert parse() == ChatRequest(
+        model="smol", messages=HELLO, params=SamplingParams(**DEFAULT_PARAMS)
+    )
 
 
 def test_every_parameter_lands_on_its_sampling_keyword():
@@ -86,14 +91,14 @@ def test_every_parameter_lands_on_its_sampling_keyword():
     assert request == ChatRequest(
         model="smol",
         messages=[{"role": "system", "content": "be brief"}, *HELLO],
-        params={
-            "temperature": 0.2,
-            "top_p": 0.8,
-            "top_k": 20,
-            "max_tokens": 32,
-            "clamp_max_tokens": True,
-            "stop": ["\n\nHuman:", "END"],
-        },
+        params=SamplingParams(
+            temperature=0.2,
+            top_p=0.8,
+            top_k=20,
+            max_tokens=32,
+            clamp_max_tokens=True,
+            stop=["\n\nHuman:", "END"],
+        ),
         stream=True,
         metadata={"user_id": "u-1"},
     )
@@ -124,11 +129,13 @@ def test_null_optional_fields_and_unknown_fields():
         thinking=None,
         citations=True,
     )
-    assert request == ChatRequest(model="smol", messages=HELLO, params=DEFAULT_PARAMS)
+    assert request == ChatRequest(
+        model="smol", messages=HELLO, params=SamplingParams(**DEFAULT_PARAMS)
+    )
 
 
 def test_temperature_zero_is_kept():
-    assert parse(temperature=0).params["temperature"] == 0.0
+    assert parse(temperature=0).params.to_wire()["temperature"] == 0.0
 
 
 # -- parse: what is refused ---------------------------------------------------------------
@@ -516,5 +523,5 @@ def test_module_does_not_import_torch_or_worker():
 
 def test_a_final_assistant_turn_is_a_prefill_to_continue():
     prefill = [{"role": "user", "content": "JSON"}, {"role": "assistant", "content": "{"}]
-    assert parse(messages=prefill).params["continue_final_message"] is True
-    assert "continue_final_message" not in parse().params
+    assert parse(messages=prefill).params.to_wire()["continue_final_message"] is True
+    assert "continue_final_message" not in parse().params.to_wire()

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from common.sampling_params import SamplingParams
 from common.schemas import Accepted, Finished, Message, Submit, Tokens
 from common.token_output import FinishReason
 from gateway.errors import GatewayError
@@ -60,7 +61,7 @@ def test_first_turn_renders_the_system_turn_where_it_stands():
 
 
 def test_first_turn_params_clamp_max_tokens_and_leave_deferred_tools_out():
-    params = BUILDER.parse(FIRST["body"]).params
+    params = BUILDER.parse(FIRST["body"]).params.to_wire()
     names = [tool["name"] for tool in params.pop("tools")]
     assert params == {
         "max_tokens": 32000,
@@ -122,8 +123,8 @@ def test_thinking_on_changes_nothing_the_worker_sees(kind: str):
 def test_thinking_disabled_renders_the_template_with_thinking_off():
     base = {"model": "m", "max_tokens": 2048, "messages": HELLO}
     request = BUILDER.parse({**base, "thinking": {"type": "disabled"}})
-    assert request.params == {
-        **BUILDER.parse(base).params,
+    assert request.params.to_wire() == {
+        **BUILDER.parse(base).params.to_wire(),
         "chat_template_kwargs": {"enable_thinking": False},
     }
 
@@ -255,7 +256,7 @@ def applied_fields() -> dict[str, Any]:
 
 def test_the_response_reports_the_applied_edits():
     choice = ChoiceResult(0, "ok", FinishReason.STOP, 2, completion_tokens=1)
-    request = ChatRequest("m", HELLO, {}, response_fields=applied_fields())
+    request = ChatRequest("m", HELLO, SamplingParams(), response_fields=applied_fields())
     result = ChatResult("msg_1", "m", 0, [choice], 5, request=request)
     body = BUILDER.format_response(result)
     assert body["context_management"] == applied_fields()["context_management"]
@@ -263,7 +264,9 @@ def test_the_response_reports_the_applied_edits():
 
 
 def test_the_stream_reports_the_applied_edits_in_message_delta():
-    request = ChatRequest("m", HELLO, {}, stream=True, response_fields=applied_fields())
+    request = ChatRequest(
+        "m", HELLO, SamplingParams(), stream=True, response_fields=applied_fields()
+    )
     state = StreamState("msg_1", "m", 0, request, prompt_tokens=5)
     choice = ChoiceResult(0, "ok", FinishReason.LENGTH, None, completion_tokens=1)
     events = events_of(BUILDER.stream_choice_end(state, choice))
@@ -292,7 +295,7 @@ def test_input_examples_follow_the_description_and_cache_control_is_ignored():
         "cache_control": {"type": "ephemeral"},
     }
     body = {"model": "m", "max_tokens": 8, "messages": HELLO, "tools": [tool]}
-    (parsed,) = BUILDER.parse(body).params["tools"]
+    (parsed,) = BUILDER.parse(body).params.to_wire()["tools"]
     assert parsed["description"] == 'Adds.\n\nInput examples:\n{"a": 1}\n{"a": 2}'
 
 
@@ -344,7 +347,10 @@ async def test_the_captured_request_streams_over_http_with_its_headers():
         assert delta["context_management"] == {"applied_edits": []}
         (submit,) = run.worker.submits
         expected = BUILDER.parse(body)
-        assert (submit.messages, submit.params) == (expected.messages, expected.params)
+        assert (submit.messages, submit.params.to_wire()) == (
+            expected.messages,
+            expected.params.to_wire(),
+        )
 
 
 def test_a_tool_reference_from_its_tool_search_loads_the_deferred_tool():
@@ -359,10 +365,10 @@ def test_a_tool_reference_from_its_tool_search_loads_the_deferred_tool():
         "defer_loading": True,
     }
     body = first_body(tools=[*FIRST["body"]["tools"], web_fetch])
-    before = [t["name"] for t in BUILDER.parse(body).params["tools"]]
+    before = [t["name"] for t in BUILDER.parse(body).params.to_wire()["tools"]]
     messages = [*FIRST["body"]["messages"], *search["messages_tail"]]
     request = BUILDER.parse({**body, "messages": messages})
-    after = [t["name"] for t in request.params["tools"]]
+    after = [t["name"] for t in request.params.to_wire()["tools"]]
     assert "WebFetch" not in before and after == [*before, "WebFetch"]
     assert "DeferredToolPlaceholder" not in after
     assert request.messages[-2:] == [

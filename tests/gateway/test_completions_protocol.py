@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from common.sampling_params import SamplingParams
 from common.schemas import Submit
 from common.token_output import TokenLogprob, TopLogprob
 from gateway.errors import ErrorKind, GatewayError
@@ -66,7 +67,10 @@ def choice(index: int, text: str, logprobs: Any = None, finish: str | None = Non
 
 def test_minimal_request_gets_openais_defaults():
     assert parse() == ChatRequest(
-        model=None, messages=[], params=DEFAULT_PARAMS, prompts=["Once upon a time"]
+        model=None,
+        messages=[],
+        params=SamplingParams(**DEFAULT_PARAMS),
+        prompts=["Once upon a time"],
     )
 
 
@@ -86,7 +90,7 @@ def test_every_parameter_lands_on_its_sampling_keyword():
     assert request == ChatRequest(
         model="smol",
         messages=[],
-        params={**SHARED_PARAMS, "max_tokens": 64, "logprobs": True, "top_logprobs": 3},
+        params=SamplingParams(**SHARED_PARAMS, max_tokens=64, logprobs=True, top_logprobs=3),
         stream=True,
         include_usage=True,
         prompts=["Once upon a time"],
@@ -108,7 +112,11 @@ def test_every_prompt_form_becomes_a_list_of_prompts(prompt: Any, prompts: list[
 
 
 def test_logprobs_zero_asks_for_the_chosen_tokens_only():
-    assert parse(logprobs=0).params == {**DEFAULT_PARAMS, "logprobs": True, "top_logprobs": 0}
+    assert parse(logprobs=0).params.to_wire() == {
+        **DEFAULT_PARAMS,
+        "logprobs": True,
+        "top_logprobs": 0,
+    }
 
 
 def test_echo_without_logprobs_is_served():
@@ -125,9 +133,11 @@ def test_choices_are_prompts_times_n_and_cross_the_wire_as_raw_prompts():
 
 
 def test_a_chat_request_still_crosses_as_messages():
-    chat = ChatRequest(model=None, messages=[{"role": "user", "content": "hi"}], params={"n": 2})
+    chat = ChatRequest(
+        model=None, messages=[{"role": "user", "content": "hi"}], params=SamplingParams(n=2)
+    )
     assert chat.num_choices == 2
-    assert chat.submit("c-1") == Submit("c-1", {"n": 2}, messages=chat.messages)
+    assert chat.submit("c-1") == Submit("c-1", SamplingParams(n=2), messages=chat.messages)
 
 
 # -- parse: what is refused, naming the parameter ------------------------------------------
@@ -185,10 +195,13 @@ def test_logprobs_must_be_an_integer_up_to_five(logprobs: Any):
 
 
 def test_echo_with_logprobs_asks_for_the_prompts_logprobs_too():
-    assert parse(prompt="x", echo=True, logprobs=2).params["prompt_logprobs"] == 2
-    assert "prompt_logprobs" not in parse(prompt="x", logprobs=2).params
+    assert parse(prompt="x", echo=True, logprobs=2).params.to_wire()["prompt_logprobs"] == 2
+    assert "prompt_logprobs" not in parse(prompt="x", logprobs=2).params.to_wire()
     assert (
-        parse(prompt="x", echo=True, logprobs=1, prompt_logprobs=4).params["prompt_logprobs"] == 4
+        parse(prompt="x", echo=True, logprobs=1, prompt_logprobs=4).params.to_wire()[
+            "prompt_logprobs"
+        ]
+        == 4
     )
 
 

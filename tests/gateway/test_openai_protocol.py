@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from common.sampling_params import SamplingParams
 from common.token_output import TokenLogprob, TopLogprob
 from common.wire import encode
 from gateway.errors import ErrorKind, GatewayError
@@ -41,7 +42,7 @@ def make_state(n: int = 1, include_usage: bool = False) -> StreamState:
     request = ChatRequest(
         model="smol",
         messages=HELLO,
-        params={**DEFAULT_PARAMS, "n": n},
+        params=SamplingParams(**{**DEFAULT_PARAMS, "n": n}),
         stream=True,
         include_usage=include_usage,
     )
@@ -87,7 +88,9 @@ def delta(
 
 
 def test_minimal_request_gets_explicit_defaults():
-    assert parse() == ChatRequest(model=None, messages=HELLO, params=DEFAULT_PARAMS)
+    assert parse() == ChatRequest(
+        model=None, messages=HELLO, params=SamplingParams(**DEFAULT_PARAMS)
+    )
 
 
 # The sampling parameters both OpenAI routes take, and the worker keywords they become.
@@ -123,40 +126,45 @@ def test_every_parameter_lands_on_its_sampling_keyword():
     assert request == ChatRequest(
         model="smol",
         messages=HELLO,
-        params={**SHARED_PARAMS, "max_tokens": 64, "logprobs": True, "top_logprobs": 5},
+        params=SamplingParams(**SHARED_PARAMS, max_tokens=64, logprobs=True, top_logprobs=5),
         stream=True,
         include_usage=True,
     )
 
 
 def test_integer_numbers_become_floats():
-    params = parse(temperature=0, top_p=1, presence_penalty=2).params
+    params = parse(temperature=0, top_p=1, presence_penalty=2).params.to_wire()
     assert params == {**DEFAULT_PARAMS, "temperature": 0.0, "top_p": 1.0, "presence_penalty": 2.0}
     assert type(params["temperature"]) is float
 
 
 def test_max_completion_tokens_wins_over_max_tokens():
-    assert parse(max_tokens=10, max_completion_tokens=20).params["max_tokens"] == 20
-    assert parse(max_completion_tokens=5).params["max_tokens"] == 5
+    assert parse(max_tokens=10, max_completion_tokens=20).params.to_wire()["max_tokens"] == 20
+    assert parse(max_completion_tokens=5).params.to_wire()["max_tokens"] == 5
 
 
 def test_top_k_minus_one_means_off():
-    assert parse(top_k=-1).params["top_k"] == 0
+    assert parse(top_k=-1).params.to_wire()["top_k"] == 0
 
 
 def test_a_single_stop_string_becomes_a_list():
-    assert parse(stop="END").params["stop"] == ["END"]
+    assert parse(stop="END").params.to_wire()["stop"] == ["END"]
 
 
 def test_null_optional_fields_are_absent():
     request = parse(
         model=None, stop=None, temperature=None, max_tokens=None, stream=None, stream_options=None
     )
-    assert request == ChatRequest(model=None, messages=HELLO, params=DEFAULT_PARAMS)
+    assert request == ChatRequest(
+        model=None, messages=HELLO, params=SamplingParams(**DEFAULT_PARAMS)
+    )
 
 
 def test_unknown_fields_are_ignored():
-    assert parse(user="u-1", tools=None, response_format={"type": "text"}).params == DEFAULT_PARAMS
+    assert (
+        parse(user="u-1", tools=None, response_format={"type": "text"}).params.to_wire()
+        == DEFAULT_PARAMS
+    )
 
 
 def text_part(text: str) -> dict[str, str]:
@@ -416,7 +424,7 @@ def test_edge_bodies_are_400s_in_openai_shape_naming_the_path(fields: dict[str, 
 
 def test_unimplemented_parameters_at_their_off_values_are_accepted():
     request = parse(store=False, modalities=["text"], audio=None, functions=None)
-    assert request.params == DEFAULT_PARAMS
+    assert request.params.to_wire() == DEFAULT_PARAMS
 
 
 JSON = st.recursive(
@@ -708,7 +716,7 @@ def test_module_does_not_import_torch_or_worker():
 
 
 def test_logit_bias_becomes_token_id_pairs():
-    params = parse(logit_bias={"50": 5, "7": -100}).params
+    params = parse(logit_bias={"50": 5, "7": -100}).params.to_wire()
     assert params["logit_bias"] == [[50, 5.0], [7, -100.0]]
 
 
@@ -719,7 +727,7 @@ def test_bad_logit_bias_is_a_400_naming_it(bias: Any):
 
 
 def test_prompt_logprobs_are_asked_for_and_rendered_as_vllm_does():
-    assert parse(prompt_logprobs=2).params["prompt_logprobs"] == 2
+    assert parse(prompt_logprobs=2).params.to_wire()["prompt_logprobs"] == 2
     assert parse_error({"messages": HELLO, "prompt_logprobs": 1, "stream": True}).param == (
         "prompt_logprobs"
     )

@@ -35,7 +35,7 @@ def worker_output(pieces: list[str], finish: FinishReason = FinishReason.STOP) -
     def script(submit: Submit) -> list[Message]:
         rid = submit.request_id
         reasoning = ReasoningParser(ReasoningTags())
-        tools = ToolCallParser() if submit.params.get("tools") else None
+        tools = ToolCallParser() if submit.params.tools else None
         replies: list[Message] = [Accepted(rid, prompt_tokens=5)]
         for i, piece in enumerate(pieces):
             thought, text = reasoning.feed(piece)
@@ -154,7 +154,7 @@ async def test_chat_takes_earlier_reasoning_under_both_names_and_template_variab
         submit = run.worker.submits[0]
         assistant = [m for m in submit.messages if m["role"] == "assistant"]
         assert [m.get("reasoning_content") for m in assistant] == ["r1", "r2"]
-        assert submit.params["chat_template_kwargs"] == {"enable_thinking": False}
+        assert submit.params.chat_template_kwargs == {"enable_thinking": False}
 
 
 @pytest.mark.parametrize(
@@ -377,7 +377,7 @@ async def test_anthropic_thinking_input_and_disabled_thinking_reach_the_worker()
             "content": "a",
             "reasoning_content": "earlier",
         }
-        assert submit.params["chat_template_kwargs"] == {"enable_thinking": False}
+        assert submit.params.chat_template_kwargs == {"enable_thinking": False}
 
 
 def test_the_signature_is_a_digest_of_the_thinking():

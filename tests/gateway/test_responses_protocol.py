@@ -54,7 +54,7 @@ def function(name: str = "get_weather", **spec: Any) -> dict[str, Any]:
 def test_a_string_input_is_one_user_turn_with_the_apis_defaults():
     request = parse()
     assert request.messages == [{"role": "user", "content": "hi"}]
-    assert request.params == {"n": 1}
+    assert request.params.to_wire() == {"n": 1}
     assert (request.stream, request.store, request.logprobs, request.ignored_tools) == (
         False,
         True,
@@ -129,7 +129,7 @@ def test_settings_land_on_the_workers_keywords():
         store=False,
         stream=True,
     )
-    assert request.params == {
+    assert request.params.to_wire() == {
         "n": 1,
         "max_tokens": 64,
         "temperature": 0.0,
@@ -162,13 +162,16 @@ def test_truncation_disabled_drops_nothing():
 
 
 def test_top_logprobs_without_include_computes_none():
-    assert parse(top_logprobs=3).params == {"n": 1}
-    assert parse(include=["message.output_text.logprobs"]).params == {"n": 1, "logprobs": True}
+    assert parse(top_logprobs=3).params.to_wire() == {"n": 1}
+    assert parse(include=["message.output_text.logprobs"]).params.to_wire() == {
+        "n": 1,
+        "logprobs": True,
+    }
 
 
 def test_json_object_format_is_chats_json_object():
     request = parse(text={"format": {"type": "json_object"}})
-    assert request.params["structured_output"] == {"type": "json_object"}
+    assert request.params.to_wire()["structured_output"] == {"type": "json_object"}
 
 
 def test_function_tools_are_served_and_hosted_ones_ignored_by_name():
@@ -181,11 +184,11 @@ def test_function_tools_are_served_and_hosted_ones_ignored_by_name():
         ],
         tool_choice={"type": "function", "name": "get_weather"},
     )
-    assert request.params["tools"] == [
+    assert request.params.to_wire()["tools"] == [
         {"name": "get_weather", "parameters": WEATHER, "strict": True, "description": "Weather now"}
     ]
-    assert request.params["tool_choice"] == {"name": "get_weather"}
-    assert request.params["parallel_tool_calls"] is True
+    assert request.params.to_wire()["tool_choice"] == {"name": "get_weather"}
+    assert request.params.to_wire()["parallel_tool_calls"] is True
     assert request.ignored_tools == ("web_search", "namespace")
     assert builder().response_headers(request) == {
         "X-AstrAI-Ignored-Tools": "web_search, namespace"
@@ -203,8 +206,8 @@ def test_allowed_tools_serve_only_the_functions_named():
     request = parse(
         tools=[function("a"), function("b"), {"type": "web_search"}], tool_choice=allowed
     )
-    assert [tool["name"] for tool in request.params["tools"]] == ["b"]
-    assert request.params["tool_choice"] == "required"
+    assert [tool["name"] for tool in request.params.to_wire()["tools"]] == ["b"]
+    assert request.params.to_wire()["tool_choice"] == "required"
     assert request.settings["tool_choice"] == {
         "type": "allowed_tools",
         "mode": "required",
@@ -233,7 +236,7 @@ def test_a_second_tool_of_one_name_is_named_by_its_own_index():
 
 def test_only_hosted_tools_mean_no_tools():
     request = parse(tools=[{"type": "web_search"}], tool_choice="auto")
-    assert "tools" not in request.params
+    assert "tools" not in request.params.to_wire()
     assert builder().response_headers(parse()) == {}
 
 
@@ -242,7 +245,7 @@ def test_what_codex_sends_is_accepted(name: str):
     request = parse(**codex_body(name))
     assert request.stream and not request.store
     assert request.ignored_tools == ("namespace", "web_search")
-    served = [tool["name"] for tool in request.params["tools"]]
+    served = [tool["name"] for tool in request.params.to_wire()["tools"]]
     assert served == [
         "exec_command",
         "write_stdin",

@@ -65,8 +65,11 @@ async def test_codexs_first_turn_streams_and_folds_to_the_same_response():
         assert [item["type"] for item in body["output"]] == ["message", "function_call"]
         submit = run.worker.submits[0]
         assert [m["role"] for m in submit.messages] == ["system", "system", "user", "user"]
-        assert [t["name"] for t in submit.params["tools"]][:2] == ["exec_command", "write_stdin"]
-        assert submit.params["tool_choice"] == "auto"
+        assert [t["name"] for t in submit.params.to_wire()["tools"]][:2] == [
+            "exec_command",
+            "write_stdin",
+        ]
+        assert submit.params.to_wire()["tool_choice"] == "auto"
         assert run.counted("responses", 200) == 2
         await run.assert_all_released()
 
@@ -140,14 +143,14 @@ async def test_default_max_tokens_is_the_budget_of_requests_without_one():
         ]
         for path, body in bodies:
             assert (await run.client.post(path, json=body)).status_code == 200
-        budgets = [submit.params.get("max_tokens") for submit in run.worker.submits]
+        budgets = [submit.params.to_wire().get("max_tokens") for submit in run.worker.submits]
         assert budgets == [32, 5, 32, 40]
 
 
 async def test_without_default_max_tokens_no_budget_is_sent():
     async with in_process(calls_a_tool) as run:
         assert (await run.client.post("/v1/responses", json={"input": "hi"})).status_code == 200
-        assert "max_tokens" not in run.worker.submits[0].params
+        assert "max_tokens" not in run.worker.submits[0].params.to_wire()
 
 
 INPUT = [

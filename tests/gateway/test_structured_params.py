@@ -19,12 +19,12 @@ PERSON = {
 
 def openai_params(response_format: Any) -> dict[str, Any]:
     body = {"messages": HELLO, "response_format": response_format}
-    return OpenAIResponseBuilder().parse(body).params
+    return OpenAIResponseBuilder().parse(body).params.to_wire()
 
 
 def anthropic_params(output_config: Any) -> dict[str, Any]:
     body = {"model": "m", "max_tokens": 8, "messages": HELLO, "output_config": output_config}
-    return AnthropicResponseBuilder().parse(body).params
+    return AnthropicResponseBuilder().parse(body).params.to_wire()
 
 
 def test_openai_json_schema_becomes_the_workers_spec():

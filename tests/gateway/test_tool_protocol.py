@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.sampling_params import SamplingParams
 from common.token_output import ToolCallDelta
 from gateway.errors import ErrorKind, GatewayError
 from gateway.protocols.anthropic import AnthropicResponseBuilder
@@ -57,7 +58,9 @@ def anthropic_tool(name: str = "get_weather", **spec: Any) -> dict[str, Any]:
 
 
 def make_state(request_id: str) -> StreamState:
-    request = ChatRequest(model="smol", messages=HELLO, params=dict(TOOL_TOP), stream=True)
+    request = ChatRequest(
+        model="smol", messages=HELLO, params=SamplingParams(**TOOL_TOP), stream=True
+    )
     return StreamState(
         request_id=request_id,
         model="smol",
@@ -101,7 +104,7 @@ def test_openai_tools_become_the_workers_tool_definitions():
             function("get_time"),
         ]
     )
-    assert request.params == {
+    assert request.params.to_wire() == {
         **TOOL_TOP,
         "tools": [
             {
@@ -128,18 +131,18 @@ def test_openai_tools_become_the_workers_tool_definitions():
 )
 def test_openai_tool_choice_maps_to_the_workers_choice(tool_choice, expected):
     request = openai_parse(tools=[function(), function("get_time")], tool_choice=tool_choice)
-    assert request.params["tool_choice"] == expected
+    assert request.params.to_wire()["tool_choice"] == expected
 
 
 @pytest.mark.parametrize(("value", "expected"), [(False, False), (True, True), (None, True)])
 def test_openai_parallel_tool_calls_defaults_to_true(value, expected):
     request = openai_parse(tools=[function()], parallel_tool_calls=value)
-    assert request.params["parallel_tool_calls"] is expected
+    assert request.params.to_wire()["parallel_tool_calls"] is expected
 
 
 @pytest.mark.parametrize("extra", [{}, {"tool_choice": "none"}, {"tool_choice": "auto"}])
 def test_openai_without_tools_sends_no_tool_keys(extra):
-    assert not TOOL_KEYS & openai_parse(**extra).params.keys()
+    assert not TOOL_KEYS & openai_parse(**extra).params.to_wire().keys()
 
 
 def test_openai_assistant_tool_calls_and_tool_results_become_neutral_messages():
@@ -189,7 +192,7 @@ def test_anthropic_tools_become_the_workers_tool_definitions():
             anthropic_tool("get_time"),
         ]
     )
-    assert request.params == {
+    assert request.params.to_wire() == {
         "max_tokens": 32,
         "clamp_max_tokens": True,
         "tools": [
@@ -219,18 +222,18 @@ def test_anthropic_tool_choice_maps_to_the_workers_choice(tool_choice, expected)
     request = anthropic_parse(
         tools=[anthropic_tool(), anthropic_tool("get_time")], tool_choice=tool_choice
     )
-    assert request.params["tool_choice"] == expected
+    assert request.params.to_wire()["tool_choice"] == expected
 
 
 @pytest.mark.parametrize(("disable", "parallel"), [(True, False), (False, True), (None, True)])
 def test_anthropic_disable_parallel_tool_use_turns_parallel_calls_off(disable, parallel):
     tool_choice = {"type": "auto", "disable_parallel_tool_use": disable}
     request = anthropic_parse(tools=[anthropic_tool()], tool_choice=tool_choice)
-    assert request.params["parallel_tool_calls"] is parallel
+    assert request.params.to_wire()["parallel_tool_calls"] is parallel
 
 
 def test_anthropic_without_tools_sends_no_tool_keys():
-    assert not TOOL_KEYS & anthropic_parse(tool_choice={"type": "auto"}).params.keys()
+    assert not TOOL_KEYS & anthropic_parse(tool_choice={"type": "auto"}).params.to_wire().keys()
 
 
 def test_anthropic_tool_use_turn_becomes_one_assistant_message_with_tool_calls():

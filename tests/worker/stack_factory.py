@@ -8,10 +8,11 @@ from pathlib import Path
 import torch
 
 from common.sampling_params import SamplingParams
+from worker.engine.inference_scheduler import InferenceScheduler
 from worker.engine.output_processor import OutputProcessor
 from worker.engine.request import RequestFactory
 from worker.engine.runner import ModelRunner
-from worker.engine.scheduler import InferenceScheduler, SchedulerConfig
+from worker.engine.scheduler_config import SchedulerConfig
 from worker.engine.sequence import TokenEvent
 from worker.kv.base import KVStorage
 from worker.kv.paged import PageCache

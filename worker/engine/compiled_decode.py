@@ -27,9 +27,9 @@ class CompiledDecode:
     """Decode forwards of fewer than FLOAT32_FROM_ROWS sequences, compiled.
 
     There a step is memory bound and most of its time outside the matmuls is ~600 small
-    ops dispatched from Python; inductor fuses them (1.35x per step at one sequence on a
-    2-core CPU, docs/BENCHMARKS.md). Larger batches are compute bound, gain little, and stay
-    eager, as do prefills, whose per-sequence attention loop varies in length.
+    ops dispatched from Python; inductor fuses them (docs/BENCHMARKS.md). Larger batches are
+    compute bound, gain little, and stay eager, as do prefills, whose per-sequence attention
+    loop varies in length.
     """
 
     def __init__(self, model: LlamaModel) -> None:

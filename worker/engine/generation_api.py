@@ -35,10 +35,9 @@ class GenerationAPI(ABC):
         """Stop a request and free what it holds."""
 
     def _start(
-        self, prompt: Prompt, chat: bool, sampling: dict[str, Any], sink: EventSink
+        self, prompt: Prompt, chat: bool, params: SamplingParams, sink: EventSink
     ) -> tuple[str, int]:
-        """Submit with keyword settings; (request id, number of choices)."""
-        params = SamplingParams.from_kwargs(**sampling)
+        """Submit; (request id, number of choices)."""
         request_id, _ = self.submit(prompt, params, sink, chat=chat)
         return request_id, params.n
 
@@ -51,22 +50,27 @@ class GenerationAPI(ABC):
     ) -> Any:
         """str for a prompt, list[str] for a list of prompts; stream=True yields text pieces
         (for a list: (index, text) pairs). A list of role/content dicts is one chat prompt."""
+        return self._generate(prompt, SamplingParams.from_kwargs(**sampling), stream, chat)
+
+    def generate_with_request(self, request: GenerationRequest) -> Any:
+        return self._generate(request.messages, request.params, request.stream, chat=True)
+
+    def _generate(
+        self, prompt: Prompt | list[Prompt], params: SamplingParams, stream: bool, chat: bool
+    ) -> Any:
         if _is_batch(prompt):
             if stream:
-                return self._stream_many(prompt, chat, sampling)
-            return [self.generate(p, chat=chat, **sampling) for p in prompt]
+                return self._stream_many(prompt, chat, params)
+            return [self._generate(p, params, False, chat) for p in prompt]
         one = cast(Prompt, prompt)  # a list whose items are dicts is one chat's messages
         events: queue.Queue[TokenEvent] = queue.Queue()
-        request_id, num_choices = self._start(one, chat, sampling, events.put)
+        request_id, num_choices = self._start(one, chat, params, events.put)
         if stream:
             return self._stream_one(request_id, num_choices, events)
         texts = [""] * num_choices
         for _, event in until_finished(events, num_choices):
             texts[event.index] += event.text
         return texts[0] if num_choices == 1 else texts
-
-    def generate_with_request(self, request: GenerationRequest) -> Any:
-        return self.generate(request.messages, stream=request.stream, **request.sampling_kwargs())
 
     def _stream_one(
         self, request_id: str, num_choices: int, events: queue.Queue[TokenEvent]
@@ -79,11 +83,11 @@ class GenerationAPI(ABC):
             self.abort(request_id)  # a consumer that stops early frees the pages at once
 
     def _stream_many(
-        self, prompts: list[Prompt], chat: bool, sampling: dict[str, Any]
+        self, prompts: list[Prompt], chat: bool, params: SamplingParams
     ) -> Iterator[tuple[int, str]]:
         merged: queue.Queue[tuple[int, TokenEvent]] = queue.Queue()
         submitted = [
-            self._start(p, chat, sampling, functools.partial(put_tagged, merged, i))
+            self._start(p, chat, params, functools.partial(put_tagged, merged, i))
             for i, p in enumerate(prompts)
         ]
         try:

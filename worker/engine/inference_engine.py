@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -15,12 +17,12 @@ from common.worker_stats import WorkerStats
 from worker.engine.cache_factory import build_cache
 from worker.engine.compiled_decode import CompiledDecode
 from worker.engine.generation_api import GenerationAPI
+from worker.engine.inference_scheduler import InferenceScheduler
 from worker.engine.machine_choices import MachineChoices
 from worker.engine.options import EngineOptions
 from worker.engine.output_processor import OutputProcessor
 from worker.engine.request import Prompt, RequestFactory
 from worker.engine.runner import ModelRunner
-from worker.engine.scheduler import InferenceScheduler
 from worker.engine.scheduler_config import SchedulerConfig
 from worker.engine.sequence import EventSink
 from worker.engine.speculation import DecodeCost, ServedDecodeCost, measure_decode_cost
@@ -129,7 +131,7 @@ class InferenceEngine(GenerationAPI):
         )
         if opts.speculative_tokens:
             probe = self._measure_decode_cost(runner, device)
-            self.scheduler.decode_cost = ServedDecodeCost(probe)
+            self.scheduler.drafter.cost = ServedDecodeCost(probe)
 
     def _measure_decode_cost(self, runner: ModelRunner, device: torch.device) -> DecodeCost:
         cost = measure_decode_cost(runner.forward_batch, device)
@@ -202,7 +204,12 @@ class InferenceEngine(GenerationAPI):
         return not self.scheduler.has_work()
 
     # -- state ------------------------------------------------------------------------------
-    def get_stats(self) -> WorkerStats:
+    def get_stats(self) -> Mapping[str, int | float]:
+        """Every figure by its name (the seed's Engine API: a read-only dict)."""
+        return MappingProxyType(self.stats().as_dict())
+
+    def stats(self) -> WorkerStats:
+        """The same figures typed, as a Heartbeat carries them."""
         counters = self.scheduler.counters
         cache = self.cache.stats()
         bytes_per_page = cache.bytes_reserved // max(1, cache.pages_total)
@@ -225,8 +232,8 @@ class InferenceEngine(GenerationAPI):
             kv_bytes_peak_in_use=cache.pages_peak_in_use * bytes_per_page,
             prefix_cache_hit_tokens=cache.hit_tokens,
             grammar_compile_seconds=self.requests.grammars.compile_seconds,
-            grammar_mask_seconds=self.scheduler.grammar_masks.mask_seconds,
-            grammar_masked_rows=self.scheduler.grammar_masks.masked_rows,
+            grammar_mask_seconds=self.scheduler.sampler.grammar_masks.mask_seconds,
+            grammar_masked_rows=self.scheduler.sampler.grammar_masks.masked_rows,
             draft_tokens=counters.draft_tokens,
             accepted_draft_tokens=counters.accepted_draft_tokens,
         )

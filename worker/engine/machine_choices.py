@@ -13,6 +13,7 @@ from worker.kernels.build import kernel_isa
 from worker.kernels.plan import KernelPlan, kernel_plan
 from worker.machine.cpu_info import describe as describe_cpu
 from worker.model.config import ModelConfig
+from worker.model.kernel_probe import measure
 from worker.model.precision import resolve_dtype, resolve_quantization
 
 
@@ -31,7 +32,7 @@ class MachineChoices:
     ) -> MachineChoices:
         device = torch.device(options.device)
         quantization, exact_only = resolve_quantization(options.quantization, model_dir, device)
-        plan = kernel_plan() if device.type == "cpu" else None
+        plan = kernel_plan(measure) if device.type == "cpu" else None
         if plan is not None and options.compile and plan.float32_layout == "mkldnn":
             # torch.compile cannot trace oneDNN's packed weights; the next best layout.
             plan = dataclasses.replace(plan, float32_layout="mm")

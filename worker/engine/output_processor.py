@@ -8,7 +8,6 @@ from collections.abc import Iterable
 import torch
 
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta, TopLogprob
-from worker.engine.runner import Chunk
 from worker.engine.sequence import Sequence, TokenEvent
 from worker.sampling.grammar import GrammarViolation, grammar_finished
 from worker.text.tokenizer import Tokenizer
@@ -25,7 +24,8 @@ class OutputProcessor:
         logprob: float | None = None,
         top_logprobs: Iterable[tuple[int, float]] | None = None,
     ) -> TokenEvent:
-        """Add a sampled token to `seq`; finish it when a stop condition holds."""
+        """Add a sampled token to `seq`; the event says whether a stop condition ended it
+        (the caller finishes the sequence then)."""
         seq.token_ids.append(token_id)
         if seq.first_token_time is None:
             seq.first_token_time = time.monotonic()
@@ -71,7 +71,6 @@ class OutputProcessor:
         prompt_logprobs = None
         if params.prompt_logprobs is not None and seq.num_output_tokens == 1:
             prompt_logprobs = tuple(seq.prompt_logprobs)
-        seq.finish_reason = finish
         return TokenEvent(
             request_id=seq.request_id,
             index=seq.index,
@@ -87,17 +86,6 @@ class OutputProcessor:
             reasoning=reasoning,
         )
 
-    def forbid_early_stops(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
-        """Rows below min_tokens may not sample a stop token (`logits` row i is seqs[i])."""
-        eos = self.tokenizer.eos_token_ids
-        for row, seq in enumerate(seqs):
-            params = seq.params
-            # A grammar decides alone when its output is complete.
-            if seq.num_output_tokens < params.min_tokens and seq.grammar is None:
-                banned = set(params.stop_token_ids) | (set() if params.ignore_eos else set(eos))
-                if banned:
-                    logits[row, sorted(banned)] = float("-inf")
-
     def _is_stop_token(self, seq: Sequence, token_id: int) -> bool:
         params = seq.params
         if seq.num_output_tokens <= params.min_tokens:
@@ -105,24 +93,6 @@ class OutputProcessor:
         if token_id in params.stop_token_ids:
             return True
         return not params.ignore_eos and token_id in self.tokenizer.eos_token_ids
-
-    def take_prompt_logprobs(
-        self, seqs: list[Sequence], chunks: list[Chunk], logits: torch.Tensor
-    ) -> torch.Tensor:
-        """Record the prompt logprobs of the chunks (of `seqs`) that kept every row's logits;
-        the rows left to sample from (each chunk's last, where it wants one, then the rows
-        after the chunks')."""
-        keep: list[int] = []
-        row = 0
-        for seq, chunk in zip(seqs, chunks, strict=True):
-            n = chunk.num_logit_rows
-            if chunk.all_logits:
-                self.record_prompt_logprobs(seq, chunk.start, logits[row : row + n])
-            if chunk.wants_logits:
-                keep.append(row + n - 1)
-            row += n
-        keep.extend(range(row, logits.shape[0]))
-        return logits.index_select(0, torch.tensor(keep, dtype=torch.int64, device=logits.device))
 
     def record_prompt_logprobs(self, seq: Sequence, start: int, logits: torch.Tensor) -> None:
         """Logprobs of `seq`'s prompt tokens after position `start` from the logits of the

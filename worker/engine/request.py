@@ -7,7 +7,7 @@ import random
 import threading
 from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as SequenceABC
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
@@ -28,27 +28,32 @@ PROMPT_TAIL_TOKENS = 32  # the end of a prompt read for an opened reasoning tag
 Prompt = str | SequenceABC[Message]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class GenerationRequest:
-    """The AstrAI GenerationRequest: chat messages plus sampling settings (the same
-    defaults as SamplingParams: top_k off)."""
+    """The AstrAI GenerationRequest: chat messages, their settings and whether to stream.
+
+    Built with the seed's keywords (top_k, top_p, temperature, max_tokens) or any other
+    SamplingParams field, checked here once; or given `params` already built. SamplingParams'
+    defaults hold (top_k off).
+    """
 
     messages: list[dict[str, Any]]
-    top_k: int = 0
-    top_p: float = 1.0
-    temperature: float = 1.0
-    max_tokens: int | None = None
-    stream: bool = False
-    sampling: dict[str, Any] = field(default_factory=dict)  # seed, stop, min_p, penalties…
+    params: SamplingParams
+    stream: bool
 
-    def sampling_kwargs(self) -> dict[str, Any]:
-        return {
-            "top_k": self.top_k,
-            "top_p": self.top_p,
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
-            **self.sampling,
-        }
+    def __init__(
+        self,
+        messages: list[dict[str, Any]],
+        stream: bool = False,
+        params: SamplingParams | None = None,
+        **sampling: Any,
+    ) -> None:
+        if params is not None and sampling:
+            raise TypeError("give params or sampling keywords, not both")
+        # Frozen: the fields are set the way dataclasses' own __init__ sets them.
+        object.__setattr__(self, "messages", messages)
+        object.__setattr__(self, "params", params or SamplingParams.from_kwargs(**sampling))
+        object.__setattr__(self, "stream", stream)
 
 
 class RequestFactory:

@@ -151,8 +151,7 @@ class ModelRunner:
         window_mask: torch.Tensor | None = None
         if self.in_place_attention:
             # Not read: attention follows the in-place plan. The (B, Q*G, T) mask would be a
-            # prefill's largest copy to the device (16 MB, ~3 ms to build, for 33 sequences
-            # of up to 256 queries over 640 keys).
+            # prefill's largest copy to the device, and slow to build.
             mask = torch.empty((len(chunks), 0, 0), dtype=torch.bool)
         else:
             mask = key_pos[None, None, :] <= query_pos[:, :, None]  # (B, Q, T) causal
@@ -198,7 +197,7 @@ class ModelRunner:
 
     def _decode_batch(self, chunks: Sequence[Chunk]) -> tuple[torch.Tensor, ForwardBatch]:
         """build_batch for one new token per sequence, the common step: the same batch with
-        a third of the tensor operations (they cost ~0.4 ms of a 9 ms step at one row)."""
+        a third of the tensor operations, which show at one row (docs/BENCHMARKS.md)."""
         starts = [c.start for c in chunks]
         positions = torch.tensor(starts)
         write_slots = torch.tensor([self.cache.slots(c.seq_id, c.start, c.end)[0] for c in chunks])

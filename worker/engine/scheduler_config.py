@@ -9,13 +9,13 @@ from dataclasses import dataclass
 class SchedulerConfig:
     max_seqs: int = 64
     # Tokens per prefill forward: a step's new prompts all get their first token at its end,
-    # and running streams wait for it. 256 against 512: W2's mean TTFT 0.75 -> 0.67 s, a lone
-    # 620-token prompt 0.633 -> 0.657 s (2-core Xeon, docs/BENCHMARKS.md).
+    # and running streams wait for it. 256 rather than 512: a lower mean TTFT under W2 for a
+    # slightly slower lone long prompt (docs/BENCHMARKS.md).
     prefill_token_budget: int = 256
     idle_wait_s: float = 0.5
     speculative_tokens: int = 8  # drafted tokens per sequence and step at most; 0: none
     # Decoding sequences feed their token in a prompt chunk's forward, when there is one,
-    # instead of a decode forward of their own after it (InferenceScheduler._prefill).
+    # instead of a decode forward of their own after it (Scheduler.schedule).
     mixed_steps: bool = True
 
     def __post_init__(self) -> None:

@@ -27,9 +27,8 @@ class SchedulerLoop(ABC):
         self.inbox = SchedulerInbox()
         self._idle_wait_s = idle_wait_s
         self._thread: threading.Thread | None = None
-        # Called on the loop's thread whenever the events emitted so far should leave: at
-        # each step's end, and mid-step once its prefill sampled first tokens (the worker
-        # sends its events then).
+        # Called on the loop's thread at each step's end: the events emitted so far should
+        # leave (the worker sends them then).
         self.flush_listeners: list[Callable[[], None]] = []
 
     @abstractmethod
@@ -85,11 +84,12 @@ class SchedulerLoop(ABC):
             except Exception as exc:  # a failed forward must not kill the worker
                 log.exception("scheduler step failed; failing every live sequence")
                 self._fail_all(exc)
-            self._flush()
+            self.flush()
         self._fail_all(RuntimeError("the engine shut down"))
-        self._flush()
+        self.flush()
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Hand the events emitted so far on: what the loop does after every step."""
         for listener in list(self.flush_listeners):
             call_safely("flush listener", listener, listener)
 

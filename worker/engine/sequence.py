@@ -5,18 +5,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from common.sampling_params import SamplingParams
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
+from worker.engine.request_status import TRANSITIONS, RequestStatus
 from worker.text.reasoning_parser import ReasoningParser
 from worker.text.stop_strings import StopStringMatcher
 from worker.text.tokenizer import IncrementalDetokenizer
 from worker.text.tool_parser import ToolCallParser
 
 if TYPE_CHECKING:
+    import llguidance
+
     from worker.engine.speculation import DraftState
 
 
@@ -56,7 +59,7 @@ class Sequence:
     Every forward feeds the next tokens from num_computed on and advances it; when it
     reaches len(token_ids), the logits of the last token are sampled and the new token is
     appended. Prefill feeds many tokens, decode one, or one and the drafted guesses after
-    it, each guess computed context only once its sampled token has kept it (DraftedDecode);
+    it, each guess computed context only once its sampled token has kept it (Drafter.verify);
     a preempted sequence starts again from num_computed = 0 with its generated tokens as
     part of what it recomputes.
     """
@@ -74,12 +77,11 @@ class Sequence:
     max_total_tokens: int  # prompt + output may not exceed this (max_tokens or context)
     num_computed: int = 0
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache at first admission
-    is_prefilling: bool = True
-    finish_reason: FinishReason | None = None
+    status: RequestStatus = RequestStatus.WAITING  # changed by move_to only
+    finish_reason: FinishReason | None = None  # set when the status becomes FINISHED
     arrival_time: float = field(default_factory=time.monotonic)
     first_token_time: float | None = None
-    num_preemptions: int = 0
-    grammar: Any = None  # an llguidance matcher when the output is constrained
+    grammar: llguidance.LLMatcher | None = None  # when the output is constrained
     tool_parser: ToolCallParser | None = None  # when the output may hold tool calls
     reasoning_parser: ReasoningParser | None = None  # when the output may hold reasoning
     speculation: DraftState | None = None  # its drafter, from its first decode step
@@ -110,7 +112,17 @@ class Sequence:
 
     @property
     def is_finished(self) -> bool:
-        return self.finish_reason is not None
+        return self.status is RequestStatus.FINISHED
+
+    def move_to(self, status: RequestStatus) -> None:
+        """The one place a status changes; a move RequestStatus does not allow is a bug."""
+        if status not in TRANSITIONS[self.status]:
+            raise AssertionError(f"sequence {self.seq_id}: {self.status.name} -> {status.name}")
+        self.status = status
+
+    def finish(self, reason: FinishReason) -> None:
+        self.move_to(RequestStatus.FINISHED)
+        self.finish_reason = reason
 
     def usage(self) -> Usage:
         return Usage(self.num_prompt_tokens, self.num_output_tokens, self.num_cached_tokens)

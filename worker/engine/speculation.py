@@ -29,8 +29,8 @@ from worker.model.batch import ForwardBatch
 # each kept token saves its share of a whole step, which holds while every sequence moves
 # on; in a batch whose other sequences keep nothing, the step still runs as often and the
 # kept token saves only its row. The sampling round per drafted position and the probe's
-# optimism (its short context) come on top. Measured on a 2-core AVX2 CPU, W1 over HTTP:
-# without the margin 8 and 32 streams ran 7-8% slower with drafts; one stream 1.2x faster.
+# optimism (its short context) come on top. Without the margin, busy batches ran slower with
+# drafts than without (docs/BENCHMARKS.md).
 _REQUIRED_GAIN = 0.1
 _FIRST_ACCEPTANCE = 0.5  # a sequence's prior chance that a drafted token is kept
 _ACCEPTANCE_WEIGHT = 0.2  # weight of each new observation in the running estimate
@@ -95,8 +95,8 @@ class ServedDecodeCost:
 
     Why: the probe times one short sequence's forward on a quiet machine. A served step also
     samples its rows (in rounds, with drafts), attends over longer contexts, and shares the
-    cores with the gateway and the clients; the probe read 10-25% below served steps on a
-    2-core CPU, and a probe that a busy moment distorts would steer every later decision.
+    cores with the gateway and the clients; the probe read below served steps (docs/BENCHMARKS.md),
+    and a probe that a busy moment distorts would steer every later decision.
     Each served step moves its row count's ratio of served to probed seconds; a row count
     not served yet takes the ratios of the nearest served ones (linear in between), so the
     probe's shape holds until served steps say otherwise. Rows beyond the running sequences
@@ -161,7 +161,7 @@ def measure_decode_cost(forward: ForwardFn, device: torch.device, repeats: int =
 
 
 # Inference tensors, as the runner builds: a compiled step guards on that, and plain tensors
-# recompiled both of its graphs (80 s on 2 cores) for the probe alone.
+# recompiled both of its graphs (over a minute on a small CPU) for the probe alone.
 @torch.inference_mode()
 def _best_time(forward: ForwardFn, rows: int, device: torch.device, repeats: int) -> float:
     positions = torch.arange(_PROBE_CONTEXT, _PROBE_CONTEXT + rows)

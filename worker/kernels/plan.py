@@ -2,9 +2,10 @@
 
 Instruction-set flags decide what can run (worker/machine/cpu_info.py,
 worker/kernels/build.py); they do not decide what runs fastest: the same float32 matmul layout
-was 1.4x faster on an AVX-512 Xeon and 2.5x slower on an AVX2 EPYC. So a short probe (well
-under a second) times the candidates on shapes of the default model, and the choice is cached
-per CPU signature and torch version under `<cache>/kernels/`.
+was 1.4x faster on an AVX-512 Xeon and 2.5x slower on an AVX2 EPYC. So a short probe
+(worker/model/kernel_probe.py, well under a second) times the candidates on shapes of the
+default model, and the choice is cached per CPU signature and torch version under
+`<cache>/kernels/`.
 """
 
 from __future__ import annotations
@@ -24,29 +25,14 @@ from pathlib import Path
 import torch
 
 from worker.kernels.build import build_key, native_kernels_available
-from worker.kernels.kquant_probe import (
-    KQUANT_TYPES,
-    kquant_kernels_available,
-    measure_kquant_rows,
-)
+from worker.kernels.kquant_probe import KQUANT_TYPES
 from worker.machine.cpu_info import cpu_signature
 from worker.machine.paths import cache_root
-from worker.model.linear import PackedLinear, mkldnn_linear_supports
 
 log = logging.getLogger(__name__)
 
 PLAN_VERSION = 3  # 3: the K-quant panel kernels against ggml's
 FLOAT32_LAYOUTS = ("mm", "linear", "mkldnn")
-PANEL_CANDIDATE_ROWS = (8, 16, 24, 32, 48, 64)
-_BLOCK_SHAPE = (1536, 576)  # (out, in): the default model's MLP halves
-# Distinct weights the block kernels are timed on, one after the other (18 MB), so that they
-# stream as a decode step's do. On one weight kept in L2 the two kernels timed equal at 32
-# rows on a 2-core Xeon with AMX, where a real step's 120 matmuls took 26.4 ms direct and
-# 20.2 ms on the panel kernel (`python -m bench.kernel_bench`).
-_BLOCK_WEIGHTS = 32
-# Float32 layouts differ most when the weight streams from memory, as an output layer's does:
-# 38 MB, more than the last-level caches of the CPUs this runs on.
-_FLOAT32_SHAPE = (16384, 576)
 
 
 @dataclass(frozen=True)
@@ -77,72 +63,6 @@ class KernelPlan:
         return f"block panel kernel {panel}; float32 layers as {self.float32_layout}{extra}"
 
 
-def _best_ms(run: Callable[[], object], repeats: int = 5, calls: int = 3) -> float:
-    run()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            run()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best * 1e3
-
-
-def _float32_candidates(weight: torch.Tensor) -> dict[str, PackedLinear]:
-    """One PackedLinear per float32 layout this torch build has."""
-    return {
-        layout: PackedLinear(weight, None, float32_layout=layout)
-        for layout in FLOAT32_LAYOUTS
-        if layout != "mkldnn" or mkldnn_linear_supports(torch.float32)
-    }
-
-
-@torch.inference_mode()
-def measure() -> KernelPlan:
-    """Time the candidates here and now (on the calling thread, with its torch threads)."""
-    measured: dict[str, float] = {}
-    generator = torch.Generator().manual_seed(0)
-    weight = torch.full(_FLOAT32_SHAPE, 0.01)
-    scores: dict[str, float] = {}
-    for rows in (1, 8):
-        x = torch.randn(rows, _FLOAT32_SHAPE[1], generator=generator)
-        times = {
-            name: _best_ms(functools.partial(f, x), repeats=3, calls=1)
-            for name, f in _float32_candidates(weight).items()
-        }
-        for name, ms in times.items():
-            measured[f"float32 {name} {rows} rows"] = ms
-            # Relative to the best at this size, so one row and a batch weigh the same.
-            scores[name] = scores.get(name, 0.0) + ms / min(times.values())
-    layout = min(scores, key=scores.__getitem__)
-    panel_rows = 0
-    if native_kernels_available():
-        from worker.model.block_linear import BlockLinear, pack_blocks
-
-        weights = [
-            pack_blocks(torch.randn(_BLOCK_SHAPE, generator=generator) * 0.05, "q4_1")
-            for _ in range(_BLOCK_WEIGHTS)
-        ]
-        direct = [BlockLinear(packed, None, "q4_1", 0) for packed in weights]
-        panel = [BlockLinear(packed, None, "q4_1", 1) for packed in weights]
-
-        def every(layers: list[BlockLinear], x: torch.Tensor) -> None:
-            for layer in layers:
-                layer(x)
-
-        for rows in PANEL_CANDIDATE_ROWS:
-            x = torch.randn(rows, _BLOCK_SHAPE[1], generator=generator)
-            direct_ms = _best_ms(functools.partial(every, direct, x), repeats=3, calls=1)
-            panel_ms = _best_ms(functools.partial(every, panel, x), repeats=3, calls=1)
-            measured[f"q4_1 direct {rows} rows"] = direct_ms / _BLOCK_WEIGHTS
-            measured[f"q4_1 panel {rows} rows"] = panel_ms / _BLOCK_WEIGHTS
-            if panel_ms < 0.95 * direct_ms:
-                panel_rows = rows
-                break
-    kquant_rows = measure_kquant_rows(measured) if kquant_kernels_available() else {}
-    return KernelPlan(panel_rows, layout, measured, kquant_rows)
-
-
 def _plan_file() -> Path:
     # The kernels' build key covers their sources too: changed kernels are measured again.
     kernels = build_key() if native_kernels_available() else "none"
@@ -170,9 +90,11 @@ def cpu_busy() -> bool:
 
 
 @functools.cache
-def kernel_plan() -> KernelPlan:
-    """This CPU's plan (`_measured_plan`), with ASTRAI_KQUANT_PANEL_ROWS's rows if set."""
-    return with_kquant_override(_measured_plan(), os.environ.get("ASTRAI_KQUANT_PANEL_ROWS"))
+def kernel_plan(measure: Callable[[], KernelPlan]) -> KernelPlan:
+    """This CPU's plan (`_measured_plan`, by `measure`: worker.model.kernel_probe.measure times
+    the model's layers), with ASTRAI_KQUANT_PANEL_ROWS's rows if set."""
+    plan = _measured_plan(measure)
+    return with_kquant_override(plan, os.environ.get("ASTRAI_KQUANT_PANEL_ROWS"))
 
 
 def with_kquant_override(plan: KernelPlan, setting: str | None) -> KernelPlan:
@@ -197,7 +119,7 @@ def with_kquant_override(plan: KernelPlan, setting: str | None) -> KernelPlan:
     return dataclasses.replace(plan, kquant_panel_rows=rows)
 
 
-def _measured_plan() -> KernelPlan:
+def _measured_plan(measure: Callable[[], KernelPlan]) -> KernelPlan:
     """This CPU's plan: from the cache, or measured now (once per CPU and torch version).
 
     Why the lock and the load check: a plan measured while the CPU was shared (two workers

@@ -11,7 +11,8 @@ from typing import NamedTuple
 
 import torch
 
-from worker.model.batch import LayerKV
+# One layer's cache as flat rows: k and v, each (num_slots, kv_heads, head_dim).
+LayerKV = tuple[torch.Tensor, torch.Tensor]
 
 
 class Admission(NamedTuple):
@@ -37,6 +38,28 @@ class CacheStats:
     bytes_reserved: int  # k + v storage allocated up front
     # The most pages in use at once so far: history, not state, so equality ignores it.
     pages_peak_in_use: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadInPlace:
+    """Rows a sequence shares with a page another sequence computes in the same forward: read
+    from that page in this forward, copied into the sequence's own page at commit."""
+
+    seq_id: int
+    source_page: int
+    position: int  # the sequence's first such position
+    num_rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class KVStepPlan:
+    """What a step's forward does in the cache beyond each sequence writing its own rows."""
+
+    computed_pages: frozenset[int] = frozenset()  # full pages others may read in this forward
+    reads_in_place: tuple[ReadInPlace, ...] = ()
+
+
+NO_SHARING = KVStepPlan()
 
 
 def zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -88,9 +111,19 @@ class KVStorage:
 class KVCache(ABC):
     """Where each sequence's k/v lives. Rows are addressed as flat slots of a layer view.
 
-    The scheduler drives it: `admit` at refill, `shared_ready`/`plan` while planning a
-    prefill, `commit` after each forward, `grow` before decode, `release` on finish,
-    abort or preemption. Every method either succeeds or leaves the cache untouched.
+    The step protocol: the Scheduler (worker/engine/scheduler.py) calls, every step and in
+    this order,
+      schedule: release (each aborted sequence) → admit (each one admitted) → grow, or
+                release to preempt (each decode row, oldest first) → begin_step →
+                shared_ready, then plan (each prompt chunk) → grow (drafted rows, where
+                pages are free)
+      update:   commit (each prompt chunk, then each decode row) → release (each sequence
+                that finished) → commit (each drafted sequence, what its samples kept)
+    In-flight prefix sharing depends on this order: shared_ready lets a sequence start
+    after pages another one computes only once they are committed or planned in this same
+    forward, so planning starts afresh each step (begin_step) and commits come after the
+    forward that computed them; tests/worker/engine/test_step_plans.py fails when it
+    changes. Every method either succeeds or leaves the cache untouched.
     """
 
     page_size: int
@@ -108,7 +141,8 @@ class KVCache(ABC):
         """Reserve room for `tokens`, reusing cached prefix pages unless `reuse_prefix` is
         False (every token then computed: its logits are wanted); None if it does not fit now."""
 
-    def begin_step(self) -> None:  # noqa: B027 - optional hook
+    @abstractmethod
+    def begin_step(self) -> None:
         """A new prefill plan starts; nothing is planned yet."""
 
     def shared_ready(self, seq_id: int, start: int) -> int | None:
@@ -119,8 +153,13 @@ class KVCache(ABC):
         """
         return start
 
-    def plan(self, seq_id: int, start: int, end: int) -> None:  # noqa: B027 - optional hook
+    @abstractmethod
+    def plan(self, seq_id: int, start: int, end: int) -> None:
         """Tokens [start, end) of the sequence will be computed in this step's forward."""
+
+    def step_plan(self) -> KVStepPlan:
+        """What the prompt chunks planned since begin_step share in the forward."""
+        return NO_SHARING
 
     @abstractmethod
     def commit(self, seq_id: int, tokens: Sequence[int], num_computed: int) -> None:

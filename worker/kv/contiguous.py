@@ -28,6 +28,12 @@ class ContiguousCache(KVCache):
     def max_tokens_per_seq(self) -> int:
         return self.page_size
 
+    def begin_step(self) -> None:
+        """Nothing is shared, so nothing is planned."""
+
+    def plan(self, seq_id: int, start: int, end: int) -> None:
+        """Each sequence computes into its own slot alone: nothing to note."""
+
     def admit(
         self, seq_id: int, tokens: Sequence[int], reuse_prefix: bool = True
     ) -> Admission | None:

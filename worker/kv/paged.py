@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from worker.kv.base import Admission, CacheStats, KVCache, KVStorage
+from worker.kv.base import Admission, CacheStats, KVCache, KVStepPlan, KVStorage, ReadInPlace
 from worker.kv.page_pool import PagePool
 from worker.kv.task_table import TaskEntry, TaskTable
 
@@ -38,6 +38,7 @@ class PageCache(KVCache):
         # Pages admission leaves for running sequences to grow into, to make preemption rare.
         self.watermark_pages = int(watermark * num_pages)
         self._planned: set[int] = set()
+        self._reading: list[int] = []  # sequences reading rows in place this step
         self._hit_tokens = 0
 
     @property
@@ -132,6 +133,16 @@ class PageCache(KVCache):
 
     def begin_step(self) -> None:
         self._planned.clear()
+        self._reading.clear()
+
+    def step_plan(self) -> KVStepPlan:
+        reads = []
+        for seq_id in self._reading:
+            entry = self.table.get(seq_id)
+            if entry.read_from is not None:
+                n = len(entry.partial_tokens)
+                reads.append(ReadInPlace(seq_id, entry.read_from, entry.num_shared - n, n))
+        return KVStepPlan(frozenset(self._planned), tuple(reads))
 
     def shared_ready(self, seq_id: int, start: int) -> int | None:
         entry = self.table.get(seq_id)
@@ -152,7 +163,10 @@ class PageCache(KVCache):
             entry.num_indexed_pages = min(entry.num_indexed_pages, pos // ps)
             return pos
         if entry.partial_tokens and pos == matched_end:
-            return self._take_partial(entry, pos)
+            ready = self._take_partial(entry, pos)
+            if entry.read_from is not None:
+                self._reading.append(seq_id)
+            return ready
         return pos
 
     def _take_partial(self, entry: TaskEntry, pos: int) -> int | None:
@@ -249,7 +263,7 @@ class PageCache(KVCache):
                 n = len(entry.partial_tokens)
                 in_place.append((len(rows) - 1, entry.read_from, entry.num_shared - n, n))
         # Page-major: each page's rows are consecutive. One tensor and one broadcast add
-        # (a gather, a multiply and a modulo over every position cost ~3x as much per step).
+        # (a gather, a multiply and a modulo over every position cost several times more).
         table = torch.tensor(rows, dtype=torch.int64) * ps  # (B, pages)
         slots = (table[:, :, None] + torch.arange(ps)).view(len(rows), -1)
         for row, source, at, n in in_place:  # rows another sequence computes in this forward

@@ -55,7 +55,7 @@ def has_native_bf16() -> bool:
 
 def has_int8_dot_product() -> bool:
     """An int8 dot-product instruction (AVX512-VNNI, AVX-VNNI or AMX): where torch's int8
-    matmul is fast. Without one it ran at ~2 GMAC/s on an AVX2 EPYC, 25x below float32."""
+    matmul is fast. Without one it ran far below float32 (docs/BENCHMARKS.md)."""
     return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags())
 
 

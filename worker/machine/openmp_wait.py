@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 
-# libgomp's default, 300,000 spins, is ~4 ms here: a compute thread sleeps whenever the engine
-# thread spends longer between kernels (sampling, building the next batch, the I/O thread
-# holding the GIL), and on a 2-core machine that also serves HTTP, a woken thread may then
-# wait for a core the gateway or a client took. 3,000,000 (~35 ms): W2's mean TTFT over HTTP
-# 0.512 -> 0.477 s (four alternating runs each on a 2-core Xeon, docs/BENCHMARKS.md), W1
-# unchanged; an idle worker's threads still sleep after ~35 ms.
+# With libgomp's default, 300,000 spins, a compute thread sleeps whenever the engine thread
+# spends a little longer between kernels (sampling, building the next batch, the I/O thread
+# holding the GIL), and on a small machine that also serves HTTP, a woken thread may then
+# wait for a core the gateway or a client took. Ten times as many spins lowered TTFT under
+# load and left single streams as they were; an idle worker's threads still sleep soon
+# (docs/BENCHMARKS.md).
 SPIN_COUNT = "3000000"
 
 

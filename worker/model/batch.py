@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import torch
 
+from worker.kv.base import LayerKV
 from worker.model.paged_attention import InPlaceAttention
 from worker.model.shared_prefix import SharedPrefix
 
-# One layer's cache as flat rows: k and v, each (num_slots, kv_heads, head_dim).
-LayerKV = tuple[torch.Tensor, torch.Tensor]
+__all__ = ["ForwardBatch", "LayerKV"]  # LayerKV: the cache's view, which the layers take
 
 
 @dataclass(frozen=True)

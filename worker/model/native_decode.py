@@ -10,7 +10,7 @@ into a float32 or float16 cache on the CPU; everything else takes the reference 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -18,14 +18,30 @@ from torch import nn
 
 from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.block_linear import BlockLinear
+from worker.model.config import ModelConfig
 
 if TYPE_CHECKING:
     from worker.model.block import Block
-    from worker.model.llama import LlamaModel
     from worker.model.norm import RMSNorm
 
 
-def handles(model: LlamaModel, batch: ForwardBatch, kv_layers: Sequence[LayerKV]) -> bool:
+class NativeModel(Protocol):
+    """What this path reads of a LlamaModel (which imports this module, so not by name)."""
+
+    config: ModelConfig
+    native_decode: bool
+    stacked_blocks: tuple[list[torch.Tensor | None], ...] | None
+    embed_tokens: nn.Embedding
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
+
+    @property
+    def blocks(self) -> Sequence[Block]: ...
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+def handles(model: NativeModel, batch: ForwardBatch, kv_layers: Sequence[LayerKV]) -> bool:
     return (
         model.native_decode
         and batch.max_query_len == 1
@@ -36,7 +52,7 @@ def handles(model: LlamaModel, batch: ForwardBatch, kv_layers: Sequence[LayerKV]
 
 
 def forward(
-    model: LlamaModel, input_ids: torch.Tensor, batch: ForwardBatch, kv_layers: Sequence[LayerKV]
+    model: NativeModel, input_ids: torch.Tensor, batch: ForwardBatch, kv_layers: Sequence[LayerKV]
 ) -> torch.Tensor:
     """Logits (S, vocab) float32 for the rows in `batch.logits_index`, as LlamaModel.forward."""
     x = model.embed_tokens(input_ids)  # (B, hidden) float32
@@ -66,14 +82,14 @@ def forward(
     return model._logits(x)
 
 
-def _linears(model: LlamaModel) -> list[tuple[nn.Module, ...]]:
+def _linears(model: NativeModel) -> list[tuple[nn.Module, ...]]:
     return [
         (b.self_attn.qkv_proj, b.self_attn.o_proj, b.mlp.gate_up_proj, b.mlp.down_proj)
         for b in model.blocks
     ]
 
 
-def all_q4_1_blocks(model: LlamaModel) -> bool:
+def all_q4_1_blocks(model: NativeModel) -> bool:
     """Whether every linear layer is Q4_1 blocks (the fused prefill layers apply then)."""
     return all(
         isinstance(linear, BlockLinear) and linear.block_format == "q4_1"
@@ -82,7 +98,7 @@ def all_q4_1_blocks(model: LlamaModel) -> bool:
     )
 
 
-def stack_blocks(model: LlamaModel) -> tuple[list[torch.Tensor | None], ...] | None:
+def stack_blocks(model: NativeModel) -> tuple[list[torch.Tensor | None], ...] | None:
     """The per-layer weights astrai::decode_layers takes (records, norms, biases), when every
     linear layer is Q4_1 blocks, the norms share the config's eps and the model has no q/k
     norms (the one-call stack has none); else None."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import llguidance
 import llguidance.hf
@@ -23,8 +23,22 @@ from common.structured_output import StructuredOutputError, grammar_text
 from common.tool_calls import tool_call_grammar
 from worker.errors import RequestError
 
-if TYPE_CHECKING:
-    from worker.engine.sequence import Sequence as Sequence_
+
+class GrammarRow(Protocol):
+    """What the grammar stage reads from one running sequence."""
+
+    @property
+    def grammar(self) -> llguidance.LLMatcher | None: ...
+
+    @property
+    def max_total_tokens(self) -> int: ...
+
+    @property
+    def token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def output_token_ids(self) -> Sequence[int]: ...
+
 
 STRUCTURED_OUTPUT_PARAM = "structured_output"
 # Tokens left in a constrained row's budget when it starts closing what it has open.
@@ -35,7 +49,7 @@ _CLOSERS = frozenset('"}]:')
 class GrammarCompiler:
     """Matchers for structured-output specs, against one tokenizer.
 
-    The llguidance tokenizer takes ~0.5 s to build, so it is built on the first constrained
+    The llguidance tokenizer is slow to build, so it is built on the first constrained
     request rather than at startup; compiled grammars are cached by their schema text
     (common.structured_output).
     """
@@ -104,25 +118,26 @@ class GrammarMasks:
         self.mask_seconds = 0.0
         self.masked_rows = 0
 
-    def apply(self, logits: torch.Tensor, seqs: Sequence[Sequence_]) -> None:
+    def apply(self, logits: torch.Tensor, seqs: Sequence[GrammarRow]) -> None:
         """-inf in `logits` (B, V) for every token row i's grammar forbids; rows without a
         grammar untouched."""
-        rows = [i for i, seq in enumerate(seqs) if seq.grammar is not None]
-        if not rows:
+        matchers = [(i, seq.grammar) for i, seq in enumerate(seqs) if seq.grammar is not None]
+        if not matchers:
             return
         start = time.perf_counter()
+        rows = [i for i, _ in matchers]
         vocab = logits.shape[1]
         bitmask = torch.full((len(rows), (vocab + 31) // 32), -1, dtype=torch.int32)
         # On this thread, one row after the other: llguidance's parallel executor was slower
         # here, its threads competing with the forward's OpenMP threads still spinning.
         # The matcher's own call that llguidance.torch.fill_next_token_bitmask makes: that
         # module compiles a kernel with torch.compile when imported, which pulled torch's
-        # dynamo and inductor into every worker's start (2.7 s of 3.3 s of imports).
+        # dynamo and inductor into every worker's start (most of its import time).
         row_bytes = bitmask.shape[1] * bitmask.element_size()
-        for k, row in enumerate(rows):
-            seqs[row].grammar.unsafe_compute_mask_ptr(bitmask.data_ptr() + k * row_bytes, row_bytes)
-        # Unpacked by numpy: torch's shift-and-mask over (rows, V / 32, 32) cost 8 ms a step
-        # at 32 rows on a 2-core EPYC, numpy's unpackbits and one in-place fill ~1 ms.
+        for k, (_, matcher) in enumerate(matchers):
+            matcher.unsafe_compute_mask_ptr(bitmask.data_ptr() + k * row_bytes, row_bytes)
+        # Unpacked by numpy: its unpackbits and one in-place fill cost a fraction of torch's
+        # shift-and-mask over (rows, V / 32, 32) (docs/BENCHMARKS.md).
         words = (~bitmask).numpy().view(np.uint8)
         unpacked = np.unpackbits(words, axis=1, bitorder="little")[:, :vocab]
         banned = torch.from_numpy(np.ascontiguousarray(unpacked)).view(torch.bool)  # (G, V)
@@ -138,7 +153,7 @@ class GrammarMasks:
         self.mask_seconds += time.perf_counter() - start
         self.masked_rows += len(rows)
 
-    def _narrowed(self, seq: Sequence_, banned: torch.Tensor, vocab: int) -> torch.Tensor | None:
+    def _narrowed(self, seq: GrammarRow, banned: torch.Tensor, vocab: int) -> torch.Tensor | None:
         """The tokens a row near the end of its budget may take, when fewer than the grammar
         allows (`banned`: what it forbids); None when the grammar's choice stands."""
         left = seq.max_total_tokens - len(seq.token_ids)
@@ -152,7 +167,8 @@ class GrammarMasks:
                 return ends
         if left > CLOSING_BUDGET:
             return None
-        in_string = _inside_string(self._decode(seq.output_token_ids)) if self._decode else False
+        decode = self._decode
+        in_string = _inside_string(decode(list(seq.output_token_ids))) if decode else False
         tokens = self._tokens(vocab)
         # Closers; else (before the first brace) an empty container, or a bare opener if there
         # is room to close it; else the grammar's own choice (a forced key, a digit, the
@@ -184,7 +200,7 @@ class GrammarMasks:
         return self._closing
 
 
-def _no_room_for_another_call(seq: Sequence_, left: int) -> bool:
+def _no_room_for_another_call(seq: GrammarRow, left: int) -> bool:
     """Between tool calls, with fewer tokens left than twice what a call has taken so far:
     a call begun now would be cut off, so the answer ends here."""
     parser = getattr(seq, "tool_parser", None)

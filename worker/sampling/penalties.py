@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from worker.sampling.rows import RowInput
+from worker.sampling.row_input import RowInput
 
 
 @dataclass(frozen=True)

@@ -4,33 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from common.sampling_params import SamplingParams
 from worker.sampling.penalties import PenaltyRows
+from worker.sampling.row_input import RowInput
 
 # Top-p looks for its cut-off among this many best tokens first and sorts a whole row only when
 # that row's nucleus is wider; the cut-off is the same either way (see TopPStrategy).
 TOP_P_CANDIDATES = 256
-
-
-class RowInput(Protocol):
-    """What the sampler reads from one running sequence."""
-
-    @property
-    def params(self) -> SamplingParams: ...
-
-    @property
-    def generator(self) -> torch.Generator | None: ...
-
-    @property
-    def prompt_token_ids(self) -> Sequence[int]: ...
-
-    @property
-    def output_token_ids(self) -> Sequence[int]: ...
 
 
 @dataclass(frozen=True)

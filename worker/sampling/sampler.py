@@ -12,7 +12,8 @@ from torch import Tensor
 from common.sampling_params import SamplingParams
 from worker.sampling.penalties import apply_penalties
 from worker.sampling.pipeline import SamplingPipeline, take_rows
-from worker.sampling.rows import RowInput, SamplingRow, SamplingRows
+from worker.sampling.row_input import RowInput
+from worker.sampling.rows import SamplingRow, SamplingRows
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,8 @@ def sample_batch(
 
 def sample_rows(logits: Tensor, rows: Sequence[RowInput]) -> SampleOutput:
     """sample_batch for the rows as given. When every row is plain greedy (no logprobs,
-    penalties or bias) the answer is the argmax, without building SamplingRows' tensors:
-    ~0.3 ms of a 9 ms decode step at one row."""
+    penalties or bias) the answer is the argmax, without building SamplingRows' tensors, a
+    visible share of a one-row decode step (docs/BENCHMARKS.md)."""
     if all(_plain_greedy(row.params) for row in rows):
         none: list[Any] = [None] * len(rows)
         return SampleOutput(_argmax(logits.float()).tolist(), none, list(none))
@@ -75,7 +76,7 @@ def _pick(logits: Tensor, rows: SamplingRows, pipeline: SamplingPipeline) -> Ten
 
 
 def _argmax(logits: Tensor) -> Tensor:
-    # max(dim).indices is the first maximum like argmax, and about 1.7x faster on CPU.
+    # max(dim).indices is the first maximum like argmax, and faster on a CPU.
     return logits.max(dim=-1).indices
 
 

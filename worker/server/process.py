@@ -18,9 +18,9 @@ def freeze_loaded_heap() -> None:
     """Put every object loading made (the model's modules, the tokenizer, the imported
     libraries: ~435,000 on the default model) out of the garbage collector's reach.
 
-    Why: they live as long as the process, yet each full collection walked them all, ~155 ms
-    during which the engine thread stood still (a W2 decode step of 53 ms took 215 ms, 2-core
-    Xeon). Frozen, a full collection walks only what serving made since.
+    Why: they live as long as the process, yet each full collection walked them all, while
+    the engine thread stood still: a decode step then took several times its length
+    (docs/BENCHMARKS.md). Frozen, a full collection walks only what serving made since.
     """
     gc.collect()
     gc.freeze()

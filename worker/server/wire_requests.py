@@ -6,7 +6,6 @@ import logging
 from typing import Any
 
 from common.errors import RejectCode
-from common.sampling_params import SamplingParams
 from common.schemas import Accepted, Message, Rejected, Submit, Tokenize, Tokenized, Tokens
 from worker.engine.inference_engine import InferenceEngine
 from worker.engine.sequence import EventSink
@@ -21,7 +20,7 @@ def submit(engine: InferenceEngine, message: Submit, sink: EventSink) -> list[Me
     Rejected), then with `echo` one Tokens per choice holding its prompt's text."""
     request_id = message.request_id
     try:
-        params = SamplingParams.from_wire(message.params)
+        params = message.params
         if message.prompts is not None:
             prompt_ids = engine.submit_prompts(message.prompts, params, sink, request_id)
             prompt_tokens = sum(len(ids) for ids in prompt_ids)
@@ -50,7 +49,7 @@ def tokenize(engine: InferenceEngine, message: Tokenize) -> Tokenized | Rejected
         if message.token_ids is not None:
             text = engine.detokenize(message.token_ids)
             return Tokenized(message.request_id, message.token_ids, text)
-        params = SamplingParams.from_wire(message.params)
+        params = message.params
         chat = message.messages is not None
         prompt: Any = message.messages if chat else message.prompt
         ids = engine.tokenize(prompt, params, chat=chat)

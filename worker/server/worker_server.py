@@ -24,7 +24,7 @@ from common.schemas import (
     Submit,
     Tokenize,
 )
-from common.wire import MAX_FRAMES_PER_MESSAGE, DropCounter, encode
+from common.wire import MAX_FRAMES_PER_MESSAGE, DropCounter, WireRefusal, encode
 from worker.engine.inference_engine import InferenceEngine
 from worker.engine.sequence import TokenEvent
 from worker.server import wire_requests
@@ -87,10 +87,10 @@ class WorkerServer:
         return self.connected and not self.draining
 
     def _push_event(self, event: TokenEvent) -> None:
-        """Event sink. On the scheduler's thread events wait for its next flush (the step's
-        end, or its prefill's first tokens) and leave together: one send and one wakeup of the
-        I/O thread per forward, not per token (each cost ~0.1 ms of the step's time at 8
-        streams). On any other thread, at once."""
+        """Event sink. On the scheduler's thread events wait for its next flush (each step's
+        end) and leave together: one send and one wakeup of the I/O thread per forward, not
+        per token (each took its share of the step's time, docs/BENCHMARKS.md). On any other
+        thread, at once."""
         frames = [encode(message) for message in to_wire(event)]
         pending = getattr(self._local, "pending", None)
         if pending is not None:
@@ -188,7 +188,12 @@ class WorkerServer:
                 frame = dealer.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            message = self.drops.decode(frame, self.config.max_frame_bytes)
+            try:
+                message = self.drops.decode(frame, self.config.max_frame_bytes, refusals=True)
+            except WireRefusal as refusal:  # settings the rules refuse, checked on arrival
+                why = Rejected(refusal.request_id, refusal.code, refusal.message, refusal.param)
+                dealer.send(encode(why))
+                continue
             if isinstance(message, GatewayBeat):
                 self._gateway_beat(message)
             elif isinstance(message, Submit):
@@ -224,7 +229,7 @@ class WorkerServer:
         return wire_requests.submit(self.engine, message, self._push_event)
 
     def _register(self) -> Register:
-        stats = self.engine.get_stats()
+        stats = self.engine.stats()
         return Register(
             worker_id=self.config.worker_id,
             incarnation=self.incarnation,
@@ -239,7 +244,7 @@ class WorkerServer:
         )
 
     def _heartbeat(self) -> Heartbeat:
-        stats = replace(self.engine.get_stats(), dropped_frames=sum(self.drops.counts.values()))
+        stats = replace(self.engine.stats(), dropped_frames=sum(self.drops.counts.values()))
         return Heartbeat(
             worker_id=self.config.worker_id,
             incarnation=self.incarnation,

@@ -29,7 +29,8 @@ class Tokenizer:
         settings = model_dir / "tokenizer_config.json"
         named = settings.is_file() and "tokenizer_class" in json.loads(settings.read_text())
         # A tokenizer that names its class needs no model config: reading one imports the
-        # model's transformers modules (~0.5 s of every start) to learn what is known already.
+        # model's transformers modules (a visible part of every start) to learn what is known
+        # already.
         extra = {"config": PretrainedConfig()} if named else {}
         self._hf = AutoTokenizer.from_pretrained(str(model_dir), **extra)
         self._backend = self._hf.backend_tokenizer

@@ -58,7 +58,7 @@ def served_greedy(model_path: Path) -> list[list[int]]:
         engine.submit_prompts(list(PROMPTS), params, sink, "greedy")
         for _ in PROMPTS:
             assert done.acquire(timeout=120)
-        assert engine.get_stats().kv_pages_in_use == 0
+        assert engine.get_stats()["kv_pages_in_use"] == 0
         return [tokens[i] for i in range(len(PROMPTS))]
 
 

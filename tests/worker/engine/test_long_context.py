@@ -33,7 +33,7 @@ def test_a_stretched_context_serves_a_prompt_longer_than_the_trained_one(
         assert 1024 < len(prompt_ids) < 4096
         text = engine.generate(LONG_PROMPT, temperature=0, max_tokens=8, ignore_eos=True)
         assert text
-        assert engine.get_stats().kv_pages_in_use == 0
+        assert engine.get_stats()["kv_pages_in_use"] == 0
 
 
 def test_a_context_beyond_the_trained_one_without_scaling_is_refused(tiny_model_dir: Path):

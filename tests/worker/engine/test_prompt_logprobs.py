@@ -48,7 +48,7 @@ def test_prompt_logprobs_equal_transformers_cached_or_not_in_small_chunks(tiny_m
         plain = first_events(engine, [ids], SamplingParams(temperature=0, max_tokens=2))[0]
         [event] = first_events(engine, [ids], params)
         assert plain.prompt_logprobs is None
-        assert engine.get_stats().kv_pages_in_use == 0
+        assert engine.get_stats()["kv_pages_in_use"] == 0
     with torch.inference_mode():
         expected = torch.log_softmax(hf(torch.tensor([ids])).logits[0].float(), dim=-1)
 

@@ -6,6 +6,7 @@ import pytest
 
 from common.sampling_params import SamplingParams
 from tests.worker.stack_factory import Stack, tiny_stack
+from worker.engine.request import GenerationRequest
 from worker.errors import ContextLengthExceeded, RequestError
 
 
@@ -91,3 +92,15 @@ def test_max_tokens_past_the_context_is_refused_or_clamped(stack: Stack):
     assert stack.requests.check_length(prompt, within) == prompt + 5
     with pytest.raises(ContextLengthExceeded):  # a prompt that fills the context still is
         stack.requests.check_length(limit, clamped)
+
+
+def test_a_generation_request_holds_the_seeds_keywords_as_one_checked_sampling_params():
+    hi = [{"role": "user", "content": "Hi"}]
+    request = GenerationRequest(messages=hi, top_k=5, temperature=0.5, max_tokens=4, seed=3)
+    assert request.params == SamplingParams(top_k=5, temperature=0.5, max_tokens=4, seed=3)
+    assert request.params.model_fields_set == {"top_k", "temperature", "max_tokens", "seed"}
+    assert GenerationRequest(hi, params=request.params).params is request.params
+    with pytest.raises(RequestError, match="temperature"):
+        GenerationRequest(hi, temperature=-1)
+    with pytest.raises(TypeError, match="not both"):
+        GenerationRequest(hi, params=request.params, top_k=2)

@@ -43,6 +43,7 @@ def test_prompts_of_different_lengths_prefill_in_one_forward_then_decode_togethe
     for i, length in enumerate((5, 9, 14)):
         stack.submit(list(range(500 * (i + 1), 500 * (i + 1) + length)), f"r{i}", max_tokens=3)
     stack.scheduler.step()
+    stack.scheduler.step()
     assert [[len(c.token_ids) for c in call] for call in calls] == [[5, 9, 14], [1, 1, 1]]
     stack.run()
     assert [len(call) for call in calls] == [3, 3, 3]  # prefill, then two batched decodes
@@ -72,15 +73,14 @@ def test_chunked_prefill_keeps_running_streams_decoding(default_model_dir: Path,
     stack.scheduler.step()
     stack.submit(list(range(2000, 2040)), "long", max_tokens=4)
     calls.clear()
-    for _ in range(5):
+    for _ in range(5 if mixed else 10):  # one forward a step
         stack.scheduler.step()
-    if mixed:  # one forward a step: a prompt chunk, then the running stream's token
+    if mixed:  # a prompt chunk, then the running stream's token
         assert [[len(c.token_ids) for c in call] for call in calls] == [[8, 1]] * 5
         assert all(call[1].seq_id == 0 for call in calls)
-    else:  # a prompt chunk's forward, then a decode forward
-        assert [sum(len(c.token_ids) for c in call) for call in calls[0::2]] == [8] * 5
-        decodes = calls[1::2]
-        assert all(call[0].seq_id == 0 and len(call[0].token_ids) == 1 for call in decodes)
+    else:  # decode and prompt forwards in turn; short's prompt's came last, so a decode first
+        assert [[len(c.token_ids) for c in call] for call in calls] == [[1], [8]] * 5
+        assert all(call[0].seq_id == 0 for call in calls[0::2])
     stack.run()
     assert stack.collector.token_ids("long") == solo_tokens(
         default_model_dir, list(range(2000, 2040)), max_tokens=4
@@ -91,7 +91,7 @@ def test_chunked_prefill_keeps_running_streams_decoding(default_model_dir: Path,
 
 
 @pytest.mark.parametrize("mixed", [True, False], ids=["riding", "own-forward"])
-def test_first_tokens_are_flushed_before_a_decode_forward_of_their_step(
+def test_first_tokens_leave_at_their_steps_end_before_any_decode_forward(
     default_model_dir: Path, mixed: bool
 ):
     stack = tiny_stack(default_model_dir, mixed_steps=mixed)
@@ -102,20 +102,24 @@ def test_first_tokens_are_flushed_before_a_decode_forward_of_their_step(
         happened.append("decode" if all(len(c.token_ids) == 1 for c in chunks) else "prefill")
         return forward(chunks)
 
+    def loop_steps(count: int) -> None:  # as SchedulerLoop.run: flush after every step
+        for _ in range(count):
+            stack.scheduler.step()
+            stack.scheduler.flush()
+
     stack.scheduler.runner.forward = spy  # type: ignore[method-assign]
     stack.scheduler.flush_listeners.append(
         lambda: happened.append(f"flush {len(stack.collector.token_ids('new'))}")
     )
     stack.submit(list(range(2000, 2010)), "new", max_tokens=4)
-    stack.scheduler.step()
-    # Nothing was decoding: the first token leaves before the step's decode forward (a step
-    # flushes at its end too, in the loop, not step()).
-    assert happened == ["prefill", "flush 1", "decode"]
+    loop_steps(2)
+    assert happened == ["prefill", "flush 1", "decode", "flush 2"]
     stack.submit([7, 8, 9], "other", max_tokens=4)
     happened.clear()
-    stack.scheduler.step()
-    # A running stream: its token rides in the prompt's forward, or follows in its own.
-    assert happened == (["prefill"] if mixed else ["prefill", "flush 2", "decode"])
+    loop_steps(2)
+    # A running stream: its token rides in the prompt's forward, or waits for its own.
+    expected = ["prefill", "flush 3", "decode", "flush 4"]
+    assert happened == (expected if mixed else ["prefill", "flush 2", "decode", "flush 3"])
 
 
 @pytest.mark.parametrize("mixed", [True, False], ids=["riding", "own-forward"])
@@ -126,11 +130,11 @@ def test_a_new_stream_rides_in_the_next_prompt_chunk_rather_than_delay_it(
     calls = record_forwards(stack)
     stack.submit([7, 8, 9], "short", max_tokens=3)
     stack.submit(list(range(2000, 2012)), "long", max_tokens=3)
-    stack.scheduler.step()  # short's prompt and long's first 5 tokens: short samples
-    stack.scheduler.step()
+    for _ in range(2 if mixed else 4):  # short's prompt and long's first 5 tokens first
+        stack.scheduler.step()
     shapes = [[len(c.token_ids) for c in call] for call in calls]
     # Riding: long's next chunk comes at once, short's second token in its forward; else
-    # each step's prompt forward is followed by a decode forward.
+    # prompt forwards and decode forwards take turns.
     assert shapes == ([[3, 5], [7, 1]] if mixed else [[3, 5], [1], [7], [1, 1]])
     stack.run()
     assert stack.collector.token_ids("short") == solo_tokens(

@@ -8,7 +8,7 @@ import pytest
 
 from common.token_output import FinishReason, TokenLogprob
 from tests.worker.stack_factory import Stack, tiny_stack
-from worker.engine.drafted_decode import joined
+from worker.engine.drafting import joined
 from worker.engine.sequence import TokenEvent
 from worker.engine.speculation import DecodeCost, DraftState
 
@@ -34,7 +34,7 @@ def run(
     model_dir: Path, cost: DecodeCost | None, prompts: list[list[int]], **sampling: object
 ) -> Stack:
     stack = tiny_stack(model_dir, **sampling.pop("stack", {}))  # type: ignore[arg-type]
-    stack.scheduler.decode_cost = cost
+    stack.scheduler.drafter.cost = cost
     for i, prompt in enumerate(prompts):
         stack.submit(prompt, f"r{i}", **sampling)
     stack.run()
@@ -147,7 +147,7 @@ def test_where_a_row_costs_a_step_nothing_is_drafted(
     default_model_dir: Path, prompts: list[list[int]]
 ):
     stack = tiny_stack(default_model_dir)
-    stack.scheduler.decode_cost = DEAR_ROWS
+    stack.scheduler.drafter.cost = DEAR_ROWS
     stack.submit(prompts[0], "r0", max_tokens=12)
     for _ in range(6):
         stack.scheduler.step()

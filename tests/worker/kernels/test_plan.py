@@ -8,7 +8,8 @@ import pytest
 
 from worker.kernels import plan as plan_module
 from worker.kernels.build import native_kernels_available
-from worker.kernels.plan import FLOAT32_LAYOUTS, PANEL_CANDIDATE_ROWS, KernelPlan, measure
+from worker.kernels.plan import FLOAT32_LAYOUTS, KernelPlan
+from worker.model.kernel_probe import PANEL_CANDIDATE_ROWS, measure
 
 
 @pytest.mark.slow  # it times every candidate kernel: seconds
@@ -27,13 +28,17 @@ def test_the_plan_is_measured_once_and_then_read_from_the_cache(tmp_path, monkey
     monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path))
     measured = []
     fixed = KernelPlan(24, "linear", {"float32 linear 1 rows": 1.5})
-    monkeypatch.setattr(plan_module, "measure", lambda: measured.append(1) or fixed)
+
+    def measure_here() -> KernelPlan:
+        measured.append(1)
+        return fixed
+
     monkeypatch.setattr(plan_module, "cpu_busy", lambda: False)
     plan_module.kernel_plan.cache_clear()
     try:
-        first = plan_module.kernel_plan()
+        first = plan_module.kernel_plan(measure_here)
         plan_module.kernel_plan.cache_clear()
-        second = plan_module.kernel_plan()
+        second = plan_module.kernel_plan(measure_here)
     finally:
         plan_module.kernel_plan.cache_clear()
     assert first == second == fixed
@@ -52,16 +57,20 @@ def test_a_plan_measured_on_a_busy_cpu_serves_this_process_but_is_not_cached(tmp
     monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path))
     measured = []
     fixed = KernelPlan(16, "mm", {"float32 mm 1 rows": 9.0})
-    monkeypatch.setattr(plan_module, "measure", lambda: measured.append(1) or fixed)
+
+    def measure_here() -> KernelPlan:
+        measured.append(1)
+        return fixed
+
     monkeypatch.setattr(plan_module, "cpu_busy", lambda: True)
     plan_module.kernel_plan.cache_clear()
     try:
-        first = plan_module.kernel_plan()
+        first = plan_module.kernel_plan(measure_here)
         plan_module.kernel_plan.cache_clear()
         monkeypatch.setattr(plan_module, "cpu_busy", lambda: False)
-        second = plan_module.kernel_plan()  # measured again, on a quiet CPU: now cached
+        second = plan_module.kernel_plan(measure_here)  # measured again, on a quiet CPU: now cached
         plan_module.kernel_plan.cache_clear()
-        third = plan_module.kernel_plan()
+        third = plan_module.kernel_plan(measure_here)
     finally:
         plan_module.kernel_plan.cache_clear()
     assert first == second == third == fixed
@@ -73,13 +82,12 @@ def test_the_k_quant_rows_survive_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("ASTRAI_KQUANT_PANEL_ROWS", raising=False)
     fixed = KernelPlan(16, "mm", {}, {"Q4_K": 16, "Q6_K": 0})
-    monkeypatch.setattr(plan_module, "measure", lambda: fixed)
     monkeypatch.setattr(plan_module, "cpu_busy", lambda: False)
     plan_module.kernel_plan.cache_clear()
     try:
-        plan_module.kernel_plan()
+        plan_module.kernel_plan(lambda: fixed)
         plan_module.kernel_plan.cache_clear()
-        again = plan_module.kernel_plan()
+        again = plan_module.kernel_plan(lambda: fixed)
     finally:
         plan_module.kernel_plan.cache_clear()
     assert again.kquant_panel_rows == {"Q4_K": 16, "Q6_K": 0}

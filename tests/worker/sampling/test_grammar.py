@@ -147,7 +147,7 @@ def test_constrained_and_free_requests_share_a_batch(engine: InferenceEngine):
         finished += event.finish_reason is not None
     assert results[second] == expected  # the free row is untouched by its neighbour's mask
     assert json.loads(results[first])["age"] is not None
-    stats = engine.get_stats()
+    stats = engine.stats()
     assert stats.grammar_masked_rows > 0 and stats.grammar_mask_seconds > 0
 
 

@@ -61,7 +61,7 @@ class FakeEngine:
     def is_idle(self) -> bool:
         return self.idle
 
-    def get_stats(self) -> WorkerStats:
+    def stats(self) -> WorkerStats:
         return WorkerStats(
             total_tasks=len(self.submitted),
             active_tasks=1,

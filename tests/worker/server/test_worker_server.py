@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from common.errors import RejectCode
+from common.sampling_params import SamplingParams
 from common.schemas import (
     Abort,
     Accepted,
@@ -108,7 +109,7 @@ def test_it_registers_then_beats_with_the_engines_figures():
             kv_pages_free=95,  # free + cached
             kv_pages_total=100,
             prefix_cache_hit_tokens=7,
-            stats=engine.get_stats(),
+            stats=engine.stats(),
             draining=False,
         )
         assert not server.connected  # nobody answered yet: it registers on every beat
@@ -119,7 +120,7 @@ def test_submit_is_accepted_then_its_events_are_forwarded_as_typed_messages():
     with running_worker() as w:
         engine, gateway = w.engine, w.gateway
         connect(gateway)
-        gateway.send(Submit("r1", {"max_tokens": 3, "logprobs": True}, prompt="hi"))
+        gateway.send(Submit("r1", SamplingParams(max_tokens=3, logprobs=True), prompt="hi"))
         assert gateway.expect(Accepted, skip=BEATS) == Accepted("r1", 2)
         [(request_id, prompt, params)] = engine.submitted
         assert (request_id, prompt, params.max_tokens, params.logprobs) == ("r1", "hi", 3, True)
@@ -151,15 +152,17 @@ def test_bad_requests_are_rejected_with_their_code_and_the_loop_goes_on():
     with running_worker() as w:
         engine, gateway = w.engine, w.gateway
         connect(gateway)
-        gateway.send(Submit("bad", {"temperature": -1}, prompt="hi"))  # checked on arrival
+        # A gateway of other rules (model_construct skips them): checked on arrival.
+        bad = SamplingParams.model_construct(temperature=-1)
+        gateway.send(Submit("bad", bad, prompt="hi"))
         rejected = gateway.expect(Rejected, skip=BEATS)
         assert isinstance(rejected, Rejected)
         assert (rejected.code, rejected.param) == (RejectCode.INVALID_REQUEST, "temperature")
-        gateway.send(Submit("long", {}, prompt="x" * 100))
+        gateway.send(Submit("long", SamplingParams(), prompt="x" * 100))
         rejected = gateway.expect(Rejected, skip=BEATS)
         assert isinstance(rejected, Rejected)
         assert (rejected.code, rejected.param) == (RejectCode.CONTEXT_LENGTH_EXCEEDED, "prompt")
-        gateway.send(Submit("ok", {}, prompt="fine"))
+        gateway.send(Submit("ok", SamplingParams(), prompt="fine"))
         assert gateway.expect(Accepted, skip=BEATS) == Accepted("ok", 4)
         assert [request_id for request_id, _, _ in engine.submitted] == ["ok"]
 
@@ -168,7 +171,7 @@ def test_abort_reaches_the_engine():
     with running_worker() as w:
         engine, gateway = w.engine, w.gateway
         connect(gateway)
-        gateway.send(Submit("r1", {}, prompt="hi"))
+        gateway.send(Submit("r1", SamplingParams(), prompt="hi"))
         gateway.expect(Accepted, skip=BEATS)
         gateway.send(Abort("r1"))
         gateway.wait_until(lambda: engine.aborted == ["r1"])
@@ -181,7 +184,7 @@ def test_a_draining_worker_rejects_submits_says_so_and_stops_once_idle():
         connect(gateway)
         engine.idle = False  # a request still runs
         server.drain()
-        gateway.send(Submit("r1", {}, prompt="hi"))
+        gateway.send(Submit("r1", SamplingParams(), prompt="hi"))
         assert gateway.expect(Rejected, skip=BEATS) == Rejected(
             "r1", RejectCode.DRAINING, "this worker is shutting down"
         )
@@ -242,5 +245,5 @@ def test_a_malformed_frame_is_dropped_and_counted_and_the_loop_keeps_running():
             beat = gateway.expect(Heartbeat)  # one sent before the drops may be in flight
         assert isinstance(beat, Heartbeat) and beat.stats is not None
         assert beat.stats.dropped_frames == 2
-        gateway.send(Submit("r1", {}, prompt="hi"))
+        gateway.send(Submit("r1", SamplingParams(), prompt="hi"))
         assert gateway.expect(Accepted, skip=BEATS) == Accepted("r1", 2)

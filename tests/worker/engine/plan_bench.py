@@ -1,0 +1,93 @@
+"""Test helpers: a Scheduler without a model, fed the sampled ids a test chooses."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as SequenceABC
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from common.sampling_params import SamplingParams
+from tests.worker.stack_factory import tokenizer_for
+from worker.engine.output_processor import OutputProcessor
+from worker.engine.request import RequestFactory
+from worker.engine.scheduler import Scheduler
+from worker.engine.scheduler_config import SchedulerConfig
+from worker.engine.scheduler_inbox import Delivery
+from worker.engine.sequence import Sequence, TokenEvent
+from worker.engine.step_plan import StepOutput, StepPlan
+from worker.engine.token_sampler import TokenSampler
+from worker.kv.base import KVStorage
+from worker.kv.paged import PageCache
+from worker.sampling.sampler import SampleOutput
+
+
+class ScriptedSampler(TokenSampler):
+    """Samples the tokens a test scripted, in order (the drafter's later rounds)."""
+
+    def __init__(self, model_dir: Path) -> None:
+        super().__init__(tokenizer_for(model_dir))
+        self.script: list[int] = []
+
+    def sample(self, seqs: SequenceABC[Sequence], logits: torch.Tensor) -> SampleOutput:
+        ids = [self.script.pop(0) for _ in seqs]
+        return StepOutput.of_tokens(ids).sampled
+
+
+@dataclass
+class PlanBench:
+    scheduler: Scheduler
+    cache: PageCache
+    requests: RequestFactory
+    sampler: ScriptedSampler
+    events: list[TokenEvent] = field(default_factory=list)
+    arrived: list[list[Sequence]] = field(default_factory=list)
+    aborts: set[str] = field(default_factory=set)
+
+    def submit(self, prompt: list[int], request_id: str, **sampling: object) -> list[Sequence]:
+        params = SamplingParams(**{"temperature": 0, **sampling})
+        choices = self.requests.build(request_id, prompt, params, self.events.append)
+        self.arrived.append(choices)
+        return choices
+
+    def schedule(self) -> StepPlan:
+        delivery = Delivery(self.arrived, self.aborts, False)
+        self.arrived, self.aborts = [], set()
+        return self.scheduler.schedule(delivery)
+
+    def update(self, plan: StepPlan, *token_ids: int) -> list[TokenEvent]:
+        """What the plan's samples drew: `token_ids`, one per plan.samples."""
+        return [e for _, e in self.scheduler.update(plan, StepOutput.of_tokens(list(token_ids)))]
+
+    def step(self, *token_ids: int) -> StepPlan:
+        plan = self.schedule()
+        self.update(plan, *token_ids)
+        return plan
+
+
+def plan_bench(
+    model_dir: Path,
+    num_pages: int = 64,
+    page_size: int = 4,
+    budget: int = 512,
+    mixed_steps: bool = True,
+    speculative_tokens: int = 0,
+    cache_class: type[PageCache] = PageCache,
+) -> PlanBench:
+    storage = KVStorage(1, num_pages, page_size, 1, 1, torch.float32, torch.device("cpu"))
+    cache = cache_class(storage, page_size, 256, True, watermark=0.0)
+    tokenizer = tokenizer_for(model_dir)
+    sampler = ScriptedSampler(model_dir)
+    config = SchedulerConfig(
+        prefill_token_budget=budget,
+        mixed_steps=mixed_steps,
+        speculative_tokens=speculative_tokens,
+    )
+    scheduler = Scheduler(cache, OutputProcessor(tokenizer), sampler, config)
+    requests = RequestFactory(tokenizer, 256)
+    return PlanBench(scheduler, cache, requests, sampler)
+
+
+def ids(seqs: SequenceABC[Sequence]) -> list[int]:
+    return [s.seq_id for s in seqs]

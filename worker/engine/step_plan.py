@@ -1,0 +1,88 @@
+"""StepPlan and StepOutput: what one step feeds the model, and what sampling made of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from worker.engine.runner import Chunk
+from worker.engine.sequence import Sequence
+from worker.kv.base import NO_SHARING, KVStepPlan
+from worker.sampling.sampler import SampleOutput
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """One forward, decided by Scheduler.schedule before anything runs.
+
+    Either prompt chunks (with each decoding sequence's last token riding along when the
+    scheduler mixes steps) or decode rows (each decoding sequence's last token, then its
+    drafted guesses as rows of their own). `chunks` is the forward in row order: prompt
+    chunks, then decode rows. The KV cache already holds room for every row fed: pages for
+    the chunks were planned (KVCache.shared_ready / plan) and decode rows grown; `kv` says
+    what the forward shares there: the pages others read as it computes them, and the rows
+    read in place and copied at commit.
+    """
+
+    prompts: tuple[Sequence, ...] = ()  # the sequences of prompt_chunks, in order
+    prompt_chunks: tuple[Chunk, ...] = ()
+    decodes: tuple[Sequence, ...] = ()  # each feeds its last token (and its drafts)
+    drafts: tuple[tuple[int, ...], ...] = ()  # per decode, the guesses fed after it; or ()
+    chunks: tuple[Chunk, ...] = ()  # the forward: prompt chunks, then each decode's rows
+    samples: tuple[Sequence, ...] = ()  # who samples a token: prompts ending here, decodes
+    preempted: tuple[Sequence, ...] = ()  # requeued this step for an older sequence's pages
+    aborted: tuple[Sequence, ...] = ()  # ended by an abort since the last step
+    kv: KVStepPlan = NO_SHARING
+
+    @property
+    def is_decode_only(self) -> bool:
+        return bool(self.decodes) and not self.prompt_chunks
+
+    @property
+    def has_drafts(self) -> bool:
+        return any(self.drafts)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(len(c.token_ids) for c in self.prompt_chunks)
+
+    def first_rows(self) -> list[int]:
+        """Each decode's first row among the decode rows (its drafts follow it)."""
+        rows, row = [], 0
+        for draft in self.drafts:
+            rows.append(row)
+            row += 1 + len(draft)
+        return rows
+
+
+def decode_chunks(seq: Sequence, draft: tuple[int, ...]) -> list[Chunk]:
+    """A decoding sequence's rows: its last sampled token, then each drafted guess."""
+    return [
+        Chunk(seq.seq_id, seq.num_computed + i, [token], True)
+        for i, token in enumerate([seq.token_ids[-1], *draft])
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    """What StepExecutor.execute made of a plan; Scheduler.update turns it into events.
+
+    `sampled` has one token per `plan.samples` (for drafted decodes: the one after its last
+    token). `prompt_logits` has each prompt chunk's rows where it asked for every row's logits
+    (a prompt's own logprobs), else None. `decode_logits` keeps every decode row's logits when
+    drafts were fed: the drafter samples the rows its kept drafts earn from them.
+    """
+
+    sampled: SampleOutput
+    prompt_logits: tuple[torch.Tensor | None, ...] = ()
+    decode_logits: torch.Tensor | None = None
+
+    @staticmethod
+    def of_tokens(token_ids: list[int]) -> StepOutput:
+        """Sampled ids alone (no logprobs): what a scheduler test feeds."""
+        n = len(token_ids)
+        return StepOutput(SampleOutput(token_ids, [None] * n, [None] * n))
+
+
+EMPTY_OUTPUT = StepOutput.of_tokens([])
