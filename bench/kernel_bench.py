@@ -11,12 +11,11 @@ Best of 5 repeats; milliseconds per step. Then the decode attention of the 30 la
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
 
 import torch
 
 from worker.kernels.build import native_kernels_available
+from worker.kernels.timing import best_ms
 from worker.machine.cpu_info import describe
 from worker.model.block_linear import BlockLinear, pack_blocks
 from worker.model.int4 import Int4Linear
@@ -25,16 +24,6 @@ from worker.model.linear import PackedLinear
 SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))  # (out, in): qkv, o, gate/up, down
 HEAD = (49152, 576)
 LAYERS = 30
-
-
-def best_ms(run: Callable[[], object], repeats: int = 5) -> float:
-    run()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e3
 
 
 def attention_ms(rows: int, keys: int = 200, page: int = 16) -> float:

@@ -11,31 +11,16 @@ from __future__ import annotations
 
 import argparse
 import functools
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from worker.kernels.kquant_probe import KQUANT_TYPES, kquant_kernels_available
+from worker.kernels.timing import best_ms, run_each
 from worker.machine.cpu_info import describe
 
 SHAPES = {"qkv": (3072, 2048), "o": (2048, 2048), "gate_up": (16384, 2048), "down": (2048, 8192)}
 WEIGHTS = 3
-
-
-def _each(calls: Sequence[Callable[[], object]]) -> None:
-    for call in calls:
-        call()
-
-
-def _best_ms(run: Callable[[], object], repeats: int) -> float:
-    run()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e3 / WEIGHTS
 
 
 @torch.inference_mode()
@@ -63,19 +48,20 @@ def main(argv: Sequence[str] | None = None) -> None:
             for rows in (int(r) for r in args.rows.split(",")):
                 x = torch.randn(rows, width, generator=generator)
                 theirs = functools.partial(
-                    _each,
+                    run_each,
                     [
                         functools.partial(ggml.linear, x, [w], [kind], [out], [woven], None)
                         for w in weights
                     ],
                 )
                 panel = functools.partial(
-                    _each, [functools.partial(ours.kquant_linear, x, w, kind, out) for w in weights]
+                    run_each,
+                    [functools.partial(ours.kquant_linear, x, w, kind, out) for w in weights],
                 )
                 ggml_ms = panel_ms = float("inf")
                 for _ in range(args.rounds):
-                    ggml_ms = min(ggml_ms, _best_ms(theirs, 3))
-                    panel_ms = min(panel_ms, _best_ms(panel, 3))
+                    ggml_ms = min(ggml_ms, best_ms(theirs, 3) / WEIGHTS)
+                    panel_ms = min(panel_ms, best_ms(panel, 3) / WEIGHTS)
                 print(
                     f"| {name} | {layer} {out} × {width} | {rows} | {ggml_ms:.3f} | "
                     f"{panel_ms:.3f} | {ggml_ms / panel_ms:.2f}x |",

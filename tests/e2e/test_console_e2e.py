@@ -217,7 +217,9 @@ def test_model_text_renders_as_text_never_as_html(driver, tiny_server: Server):
 
 
 def test_the_console_asks_for_the_api_key_and_sends_it(driver):
-    server = Server("gateway", "--api-key", "console-key").wait_ready(workers=0)
+    # No worker: a request waits its queue timeout for one, then is refused past the key check.
+    server = Server("gateway", "--api-key", "console-key", "--queue-timeout", "1")
+    server.wait_ready(workers=0)
     key_form_hidden = "return document.getElementById('key-form').hidden"
     try:
         open_console(driver, server, "playground")

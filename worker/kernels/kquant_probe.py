@@ -10,13 +10,12 @@ ggml's VNNI gemm even at 64 (docs/BENCHMARKS.md). So it is timed, not assumed.
 from __future__ import annotations
 
 import functools
-import time
-from collections.abc import Callable, Sequence
 
 import torch
 
 from worker.kernels.build import native_kernels_available
 from worker.kernels.ggml_build import ggml_kernels_available
+from worker.kernels.timing import best_ms, run_each
 
 # ggml type ids of the K-quants the panel kernels read.
 KQUANT_TYPES = {"Q4_K": 12, "Q6_K": 14}
@@ -30,21 +29,6 @@ def kquant_kernels_available() -> bool:
     if not (native_kernels_available() and ggml_kernels_available()):
         return False
     return bool(torch.ops.astrai.kquant_linear_available())
-
-
-def _best_ms(run: Callable[[], object], repeats: int = 3) -> float:
-    run()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e3
-
-
-def _each(calls: Sequence[Callable[[], object]]) -> None:
-    for call in calls:
-        call()
 
 
 @torch.inference_mode()
@@ -72,8 +56,8 @@ def measure_kquant_rows(measured: dict[str, float]) -> dict[str, int]:
                 for w in weights
             ]
             panel = [functools.partial(ours.kquant_linear, x, w, kind, out) for w in weights]
-            ggml_ms = _best_ms(functools.partial(_each, theirs)) / _WEIGHTS
-            panel_ms = _best_ms(functools.partial(_each, panel)) / _WEIGHTS
+            ggml_ms = best_ms(functools.partial(run_each, theirs), repeats=3) / _WEIGHTS
+            panel_ms = best_ms(functools.partial(run_each, panel), repeats=3) / _WEIGHTS
             measured[f"{name} ggml {rows} rows"] = ggml_ms
             measured[f"{name} panel {rows} rows"] = panel_ms
             if panel_ms < 0.95 * ggml_ms:
