@@ -2,9 +2,9 @@
 
 ggml's kernels for Q4_K and Q6_K quantize the activations to 8 bits and multiply integers;
 ours (csrc/kquant_matmul.cpp) unpack each block once per panel and multiply float32 (bf16
-tiles on AMX). Which wins at a given number of rows depends on the CPU's instructions: on an
-AMX Xeon the panels won from 16 rows, on AVX-512 without AMX the Q4_K panels barely matched
-ggml's VNNI gemm even at 64 (docs/BENCHMARKS.md). So it is timed, not assumed.
+tiles on AMX). Which wins at a given number of rows depends on the CPU's instructions: with
+AMX the panels win from a few rows on, without it ggml's VNNI gemm holds its own for Q4_K
+(docs/BENCHMARKS.md, K-quant panel kernels). So it is timed, not assumed.
 """
 
 from __future__ import annotations

@@ -64,9 +64,9 @@ NO_SHARING = KVStepPlan()
 
 def zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A zero tensor; on the CPU in fresh anonymous memory, which the kernel hands out zeroed
-    page by page as it is first written. torch.zeros wrote all of it up front: ~0.7 s of
-    every start for the default 1 GiB cache, and all of it resident before a token was
-    cached."""
+    page by page as it is first written. torch.zeros wrote all of it up front, a large part
+    of every start for the default 1 GiB cache (docs/BENCHMARKS.md, Start), and all of it
+    resident before a token was cached."""
     if device.type != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
