@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from gateway.body import read_json, wait_disconnect
 from gateway.errors import ErrorKind, GatewayError
 from gateway.protocols.base import ChatRequest, ResponseBuilder, StreamState
-from gateway.request_lifecycle import WORKER_POLL_S, RequestLifecycle
+from gateway.request_lifecycle import RequestLifecycle, wait_for_workers
 from gateway.response_fold import fold_events
 from gateway.services import RequestServices
 from gateway.streaming import SseAnswer
@@ -134,10 +134,8 @@ class ProtocolHandler:
         """resolve_model, once a worker is registered: while none is (the gateway started
         first, or its only worker restarts), the request waits for one until its queue
         timeout from arrival has passed, then is refused as unavailable."""
-        registry = self.services.registry
         deadline = started_at + self.services.config.queue_timeout_s
-        while not registry.models() and time.monotonic() < deadline:
-            await asyncio.sleep(min(WORKER_POLL_S, max(0.0, deadline - time.monotonic())))
+        await wait_for_workers(self.services.registry.models, deadline)
         return self.resolve_model(requested)
 
     def resolve_model(self, requested: str | None) -> str:

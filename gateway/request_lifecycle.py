@@ -6,7 +6,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
+from typing import TypeVar
 
 from common.errors import RejectCode
 from common.schemas import Abort, Accepted, Finished, Message, Rejected, Submit, Tokens
@@ -19,9 +20,18 @@ from gateway.services import RequestServices
 from gateway.workers import RequestChannel, WorkerLost
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # How often a request waiting for a live worker looks again (bounded by its queue timeout).
 WORKER_POLL_S = 0.1
+
+
+async def wait_for_workers(found: Callable[[], list[T]], deadline: float) -> list[T]:
+    """`found()` once it is not empty, else (at `deadline`, monotonic) its last, empty value:
+    what a request waits on while no worker can take it."""
+    while not (result := found()) and (left := deadline - time.monotonic()) > 0:
+        await asyncio.sleep(min(WORKER_POLL_S, left))
+    return result
 
 
 class RequestLifecycle:
@@ -92,17 +102,9 @@ class RequestLifecycle:
         deadline = self.started_at + services.config.queue_timeout_s
         attempts = 0
         while attempts < services.config.submit_attempts:
-            candidates = [
-                w
-                for w in services.registry.live(model)
-                if (w.worker_id, w.incarnation) not in self._tried
-            ]
+            candidates = await wait_for_workers(self._untried(model), deadline)
             if not candidates:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                await asyncio.sleep(min(WORKER_POLL_S, left))
-                continue
+                break
             worker = services.policy.pick(candidates, chat.routing_text)
             if self._tried:
                 services.metrics.retries += 1
@@ -125,6 +127,12 @@ class RequestLifecycle:
             if isinstance(reply, Rejected) and reply.code != RejectCode.DRAINING:
                 raise rejection_error(reply)
         raise GatewayError(ErrorKind.UNAVAILABLE, f"no worker of model {model!r} could take it")
+
+    def _untried(self, model: str) -> Callable[[], list[WorkerState]]:
+        registry, tried = self.services.registry, self._tried
+        return lambda: [
+            w for w in registry.live(model) if (w.worker_id, w.incarnation) not in tried
+        ]
 
     async def _resubmit(self) -> GatewayError | None:
         """After this request's worker was lost: the request again, from its start, to a
