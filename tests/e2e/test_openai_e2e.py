@@ -197,12 +197,15 @@ def test_vllm_compatibility_gauges_follow_a_running_request(default_server: Serv
     body = {"messages": MESSAGES, "max_tokens": 1000, "ignore_eos": True, "stream": True}
     url = default_server.url
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as response:
-        next(response.iter_lines())  # streaming: the request runs on the worker now
+        # Kept: a dropped line iterator closes the stream, and the gateway aborts the request.
+        lines = response.iter_lines()
+        next(lines)  # streaming: the request runs on the worker now
         # Within a heartbeat or two, the worker's report shows it.
         assert wait_until(lambda: _vllm_gauge(url, "vllm:num_requests_running") == 1, 10)
         usage = _vllm_gauge(url, "vllm:kv_cache_usage_perc")
         assert usage is not None and 0 < usage <= 1
         assert _vllm_gauge(url, "vllm:num_requests_waiting") == 0
+        lines.close()
     # The client went away: the request is aborted and its pages freed.
     assert wait_until(lambda: _vllm_gauge(url, "vllm:num_requests_running") == 0, 10)
     assert wait_until(lambda: _vllm_gauge(url, "vllm:kv_cache_usage_perc") == 0, 10)
