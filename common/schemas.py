@@ -41,6 +41,9 @@ class Register(Message):
     pid: int
     host: str
     aliases: tuple[str, ...] = ()  # other names and trailing-* patterns (common/model_names)
+    # Where it publishes its KV-cache events and answers replays (docs/KV_EVENTS.md); "": none.
+    kv_events: str = ""
+    kv_replay: str = ""
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class Heartbeat(Message):
     prefix_cache_hit_tokens: int
     stats: WorkerStats | None = None  # None from a worker that reports no figures (tests')
     draining: bool = False
+    kv_events_seq: int = -1  # the last KV-event batch it published (-1: none)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from gateway.config import GatewayConfig
 from gateway.console import console_routes
 from gateway.errors import ErrorKind, GatewayError
 from gateway.handler import ProtocolHandler
+from gateway.kv_subscriber import KvSubscriber
 from gateway.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from gateway.prometheus import render_prometheus
 from gateway.protocols.anthropic import AnthropicResponseBuilder
@@ -31,7 +32,7 @@ from gateway.registry import WorkerRegistry
 from gateway.request_ids import RequestIdMiddleware, http_error
 from gateway.response_store import ResponseStore
 from gateway.responses_routes import delete_response, get_response, list_input_items
-from gateway.router import make_policy
+from gateway.router import ExactPrefix, make_policy
 from gateway.services import RequestServices
 from gateway.stats import GatewayMetrics, aggregate_stats
 from gateway.tokenize import count_tokens, detokenize, tokenize
@@ -61,6 +62,10 @@ class Gateway:
         )
         self.policy = make_policy(config.routing)
         self.hub.on_worker_gone.append(self.policy.forget)
+        self.kv_events: KvSubscriber | None = None  # the workers' KV events, for `exact`
+        if isinstance(self.policy, ExactPrefix):
+            self.kv_events = KvSubscriber(self.registry, self.policy.index, self.hub.drops)
+            self.hub.on_worker_gone.append(self.kv_events.forget)
         self.metrics = GatewayMetrics()
         self.admission = AdmissionControl(
             config.max_in_flight, config.max_queued, config.queue_timeout_s
@@ -145,6 +150,8 @@ class Gateway:
             "draining": self.draining,
             "routing": self.policy.name,
         }
+        if self.kv_events is not None:
+            stats["gateway"]["kv_events"] = self.kv_events.describe()
         return JSONResponse(stats)
 
     async def prometheus(self, request: Request) -> Response:
@@ -155,10 +162,14 @@ class Gateway:
         @contextlib.asynccontextmanager
         async def lifespan(_: Starlette) -> AsyncIterator[None]:
             await self.hub.start()
+            if self.kv_events is not None:
+                await self.kv_events.start()
             log.info("waiting for workers on %s", self.config.worker_bind)
             try:
                 yield
             finally:
+                if self.kv_events is not None:
+                    await self.kv_events.stop()
                 await self.hub.stop()
 
         routes: list[BaseRoute] = [

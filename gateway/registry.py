@@ -30,6 +30,9 @@ class WorkerState:
     draining: bool = False
     in_flight: set[str] = field(default_factory=set)  # request ids sent and not finished
     aliases: tuple[str, ...] = ()  # other names and trailing-* patterns clients may use
+    kv_events: str = ""  # its KV-event PUB address and replay ROUTER address ("": none)
+    kv_replay: str = ""
+    kv_events_seq: int = -1  # the last KV-event batch it says it published
 
     @property
     def load(self) -> float:
@@ -69,6 +72,8 @@ class WorkerRegistry:
             last_seen=now,
             kv_pages_free=msg.kv_pages,
             aliases=msg.aliases,
+            kv_events=msg.kv_events,
+            kv_replay=msg.kv_replay,
         )
         return current
 
@@ -84,6 +89,7 @@ class WorkerRegistry:
         state.prefix_cache_hit_tokens = msg.prefix_cache_hit_tokens
         state.stats = msg.stats
         state.draining = msg.draining
+        state.kv_events_seq = msg.kv_events_seq
         return True
 
     def expire(self, now: float, timeout_s: float) -> list[WorkerState]:

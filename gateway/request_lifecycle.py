@@ -12,6 +12,7 @@ from typing import TypeVar
 from common.errors import RejectCode
 from common.schemas import Abort, Accepted, Finished, Message, Rejected, Submit, Tokens
 from gateway.errors import ErrorKind, GatewayError
+from gateway.kv_routing import pick_worker
 from gateway.messages import finish_error, rejection_error
 from gateway.protocols.base import ChatRequest, ResponseBuilder, StreamState
 from gateway.registry import WorkerState
@@ -105,7 +106,7 @@ class RequestLifecycle:
             candidates = await wait_for_workers(self._untried(model), deadline)
             if not candidates:
                 break
-            worker = services.policy.pick(candidates, chat.routing_text)
+            worker = await pick_worker(services, candidates, chat)
             if self._tried:
                 services.metrics.retries += 1
             attempts += 1

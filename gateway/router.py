@@ -6,6 +6,8 @@ import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from common.kv_events import prompt_block_hashes
+from gateway.kv_index import KvIndex
 from gateway.prefix_index import ApproxPrefixIndex, block_hashes
 from gateway.registry import WorkerState
 
@@ -67,15 +69,10 @@ class CacheAware(RoutingPolicy):
             self._indexes[worker_id] = ApproxPrefixIndex()
         return self._indexes[worker_id]
 
-    def _out_of_balance(self, workers: Sequence[WorkerState]) -> bool:
-        loads = [len(w.in_flight) for w in workers]
-        busiest, lightest = max(loads), min(loads)
-        return busiest - lightest > self.balance_abs and busiest > lightest * self.balance_rel
-
     def pick(self, workers: Sequence[WorkerState], prompt_text: str) -> WorkerState:
         hashes = block_hashes(prompt_text)
         chosen = self._least_loaded.pick(workers, prompt_text)
-        if hashes and not self._out_of_balance(workers):
+        if hashes and not out_of_balance(workers, self.balance_abs, self.balance_rel):
             matches = {w.worker_id: self._index(w.worker_id).match(hashes) for w in workers}
             best = max(workers, key=lambda w: (matches[w.worker_id], -w.load, w.worker_id))
             if matches[best.worker_id] >= self.min_match * len(hashes):
@@ -87,8 +84,72 @@ class CacheAware(RoutingPolicy):
         self._indexes.pop(worker_id, None)
 
 
+class ExactPrefix(RoutingPolicy):
+    """Send a prompt to the worker that holds most of its leading pages, as the workers'
+    own KV events say (gateway/kv_index.py, fed by gateway/kv_subscriber.py).
+
+    The gateway has no tokenizer, so the prompt's token ids come from a worker first
+    (gateway/kv_routing.py); their chained page hashes (common/kv_events.py) are the ones
+    the workers publish. The same rule as CacheAware then picks: the best match if it covers
+    at least `min_match` of the prompt and the load is in balance, else the least loaded. The
+    chosen worker is expected to hold the prompt's pages from now on, until its events say
+    otherwise, so the same prefix arriving meanwhile goes there too. Without token ids it
+    picks the least loaded.
+    """
+
+    name = "exact"
+
+    def __init__(
+        self, min_match: float = 0.5, balance_abs: int = 8, balance_rel: float = 1.5
+    ) -> None:
+        self.min_match = min_match
+        self.balance_abs = balance_abs
+        self.balance_rel = balance_rel
+        self.index = KvIndex()
+        self._least_loaded = LeastLoaded()
+
+    def pick(self, workers: Sequence[WorkerState], prompt_text: str) -> WorkerState:
+        return self._least_loaded.pick(workers, prompt_text)
+
+    def pick_tokens(
+        self, workers: Sequence[WorkerState], token_ids: Sequence[int], now: float
+    ) -> WorkerState:
+        by_size: dict[int, list[int]] = {}
+        for w in workers:
+            if w.page_size not in by_size:
+                by_size[w.page_size] = prompt_block_hashes(token_ids, w.page_size)
+        chosen = self._least_loaded.pick(workers, "")
+        if not out_of_balance(workers, self.balance_abs, self.balance_rel):
+            # A worker never reuses a prompt's last token: it computes it to sample.
+            reusable = max(0, len(token_ids) - 1)
+            hits = {
+                w.worker_id: min(
+                    self.index.match(w.worker_id, by_size[w.page_size], now) * w.page_size,
+                    reusable - reusable % w.page_size,
+                )
+                for w in workers
+            }
+            best = max(workers, key=lambda w: (hits[w.worker_id], -w.load, w.worker_id))
+            if hits[best.worker_id] and hits[best.worker_id] >= self.min_match * reusable:
+                chosen = best
+        self.index.expect(chosen.worker_id, by_size[chosen.page_size], now)
+        return chosen
+
+    def forget(self, worker_id: str) -> None:
+        self.index.forget(worker_id)
+
+
+def out_of_balance(workers: Sequence[WorkerState], balance_abs: int, balance_rel: float) -> bool:
+    """The busiest has more than `balance_abs` requests in flight above the lightest and
+    more than `balance_rel` times as many."""
+    loads = [len(w.in_flight) for w in workers]
+    busiest, lightest = max(loads), min(loads)
+    return busiest - lightest > balance_abs and busiest > lightest * balance_rel
+
+
 POLICIES: dict[str, type[RoutingPolicy]] = {
     CacheAware.name: CacheAware,
+    ExactPrefix.name: ExactPrefix,
     LeastLoaded.name: LeastLoaded,
     RoundRobin.name: RoundRobin,
 }

@@ -64,6 +64,8 @@ def aggregate_stats(registry: WorkerRegistry) -> dict[str, Any]:
                 "incarnation": w.incarnation,
                 "draining": w.draining,
                 "in_flight": len(w.in_flight),
+                "kv_events": w.kv_events,  # its KV-event addresses (docs/KV_EVENTS.md)
+                "kv_replay": w.kv_replay,
                 **(w.stats.as_dict() if w.stats is not None else {}),
             }
             for w in workers

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from worker.kv.allocator import Allocator
+from worker.kv.kv_events import KvEventRecorder
 from worker.kv.prefix import ROOT_HASH, PrefixCache
 
 # A page is *pending* while its k/v are not computed yet. Pending pages of a prompt are
@@ -23,6 +24,8 @@ class PagePool:
         self.prefix = PrefixCache()
         self.allocator = Allocator(num_pages, self.prefix.is_indexed)
         self._pending: dict[int, int | None] = {}  # page → owner sequence (None: orphaned)
+        # Told of every page indexed and unindexed (the worker publishes them as KV events).
+        self.recorder: KvEventRecorder | None = None
 
     @property
     def num_pages(self) -> int:
@@ -79,13 +82,18 @@ class PagePool:
         """Index a full page after `parent`; with an owner it is pending until computed."""
         if not self.enable_prefix_caching or not self.prefix.insert(page, parent, tokens):
             return False
+        if self.recorder is not None:
+            self.recorder.stored(page, parent, tokens)
         if owner is not None:
             self._pending[page] = owner
         return True
 
     def unindex(self, page: int) -> None:
-        for removed in self.prefix.remove(page):
-            self.allocator.uncache(removed)
+        removed = self.prefix.remove(page)
+        if self.recorder is not None:
+            self.recorder.removed(removed)
+        for each in removed:
+            self.allocator.uncache(each)
 
     # -- pending pages ----------------------------------------------------------------
     def is_pending(self, page: int) -> bool:

@@ -20,6 +20,14 @@ class WorkerConfig:
             "a name unique among the workers (default: host-pid-random)", flag_default=None
         )
     )
+    kv_events_bind: str = field(
+        default="auto",
+        metadata=option(
+            "publish KV-cache events (docs/KV_EVENTS.md) on tcp://HOST:PORT, replay on PORT+1;"
+            " auto: free ports on the address facing the gateway; off: none",
+            metavar="ADDR",
+        ),
+    )
     heartbeat_s: float = 0.5
     register_every: int = 10  # heartbeats; a gateway that restarted learns us again
     gateway_timeout_s: float = 3.0  # no GatewayBeat for this long: the gateway is gone
@@ -37,6 +45,12 @@ class WorkerConfig:
         if not self.gateway.startswith(("tcp://", "ipc://", "inproc://")):
             raise ValueError(
                 f"gateway must be a ZeroMQ address like tcp://host:port, got {self.gateway!r}"
+            )
+        if self.kv_events_bind not in ("auto", "off") and not self.kv_events_bind.startswith(
+            "tcp://"
+        ):
+            raise ValueError(
+                f"kv_events_bind must be auto, off or tcp://HOST:PORT, got {self.kv_events_bind!r}"
             )
         for name in ("heartbeat_s", "gateway_timeout_s", "drain_timeout_s"):
             if getattr(self, name) <= 0:

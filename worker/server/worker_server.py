@@ -28,6 +28,7 @@ from common.wire import MAX_FRAMES_PER_MESSAGE, DropCounter, WireRefusal, encode
 from worker.engine.inference_engine import InferenceEngine
 from worker.engine.sequence import TokenEvent
 from worker.server import wire_requests
+from worker.server.kv_publisher import attach_publisher
 from worker.server.wire_events import to_wire
 from worker.server.worker_config import WorkerConfig
 
@@ -60,6 +61,7 @@ class WorkerServer:
         self._register_now = True
         self.last_loop_tick = time.monotonic()
         engine.scheduler.flush_listeners.append(self._flush_events)
+        self.kv_events = attach_publisher(engine, config, self._context)
 
     def stop(self) -> None:
         """Stop now: running requests are aborted by the engine's shutdown."""
@@ -68,6 +70,8 @@ class WorkerServer:
     def close(self) -> None:
         """Close every socket of this server, the scheduler thread's included; after run()
         returned and the engine stopped (no event may be pushed any more)."""
+        if self.kv_events is not None:
+            self.kv_events.stop()
         self._context.destroy(linger=0)
 
     def drain(self) -> None:
@@ -129,6 +133,8 @@ class WorkerServer:
         poller = zmq.Poller()
         poller.register(dealer, zmq.POLLIN)
         poller.register(events, zmq.POLLIN)
+        if self.kv_events is not None:
+            self.kv_events.start()
         next_beat = 0.0
         beats = 0
         drain_deadline: float | None = None
@@ -241,6 +247,8 @@ class WorkerServer:
             page_size=stats.kv_page_size,
             pid=os.getpid(),
             host=socket.gethostname(),
+            kv_events=self.kv_events.address if self.kv_events else "",
+            kv_replay=self.kv_events.replay_address if self.kv_events else "",
         )
 
     def _heartbeat(self) -> Heartbeat:
@@ -255,4 +263,5 @@ class WorkerServer:
             prefix_cache_hit_tokens=stats.prefix_cache_hit_tokens,
             stats=stats,
             draining=self._draining.is_set(),
+            kv_events_seq=self.kv_events.last_seq if self.kv_events else -1,
         )

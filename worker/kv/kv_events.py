@@ -1,0 +1,67 @@
+"""KvEventRecorder: the prefix index's changes as KV events, collected on the engine thread."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from common.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent, block_hash
+
+# The recorder sees every page the prefix index takes in or lets go of (PagePool calls it),
+# in that order, and keeps each indexed page's chained hash: the published hash of a page
+# is always its parent's published hash chained with its own tokens (common/kv_events.py),
+# whatever the index uses inside. Events wait in `pending` until the engine thread's flush
+# hands them on, one batch per step; nothing here touches a socket.
+
+
+class KvEventRecorder:
+    def __init__(self, block_size: int, medium: str | None = None) -> None:
+        self.block_size = block_size
+        self.medium = medium
+        self._hashes: dict[int, int] = {}  # indexed page → its published hash
+        self.pending: list[KvEvent] = []
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    def stored(self, page: int, parent: int | None, tokens: Sequence[int]) -> None:
+        """`page` joined the index right after `parent` (None: a sequence's first page)."""
+        parent_hash = None if parent is None else self._hashes[parent]
+        page_hash = block_hash(parent_hash, tokens)
+        self._hashes[page] = page_hash
+        last = self.pending[-1] if self.pending else None
+        if isinstance(last, BlockStored) and last.block_hashes[-1] == parent_hash:
+            # The next page of the same chain: one event for the run, as vLLM sends them.
+            self.pending[-1] = BlockStored(
+                (*last.block_hashes, page_hash),
+                last.parent_block_hash,
+                (*last.token_ids, *tokens),
+                self.block_size,
+                medium=self.medium,
+            )
+            return
+        self.pending.append(
+            BlockStored(
+                (page_hash,), parent_hash, tuple(tokens), self.block_size, None, self.medium
+            )
+        )
+
+    def removed(self, pages: Sequence[int]) -> None:
+        """`pages` left the index (evicted, orphaned before being computed)."""
+        hashes = tuple(self._hashes.pop(page) for page in pages)
+        if not hashes:
+            return
+        last = self.pending[-1] if self.pending else None
+        if isinstance(last, BlockRemoved):
+            self.pending[-1] = BlockRemoved((*last.block_hashes, *hashes), self.medium)
+        else:
+            self.pending.append(BlockRemoved(hashes, self.medium))
+
+    def cleared(self) -> None:
+        """The whole index was dropped."""
+        self._hashes.clear()
+        self.pending.append(AllBlocksCleared())
+
+    def take(self) -> list[KvEvent]:
+        """The events since the last take, in order."""
+        events, self.pending = self.pending, []
+        return events
