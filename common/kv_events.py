@@ -89,7 +89,8 @@ def prompt_block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
 
 # -- encoding ------------------------------------------------------------------------------------
 def encode_batch(batch: KvEventBatch) -> bytes:
-    return msgpack.packb([batch.ts, [_event_fields(event) for event in batch.events]])
+    payload: bytes = msgpack.packb([batch.ts, [_event_fields(event) for event in batch.events]])
+    return payload
 
 
 def _event_fields(event: KvEvent) -> list[Any]:

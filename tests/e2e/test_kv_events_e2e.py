@@ -23,7 +23,8 @@ SUBJECTS = ("tides", "volcanoes", "glaciers", "deserts", "rivers")
 
 
 def system_prompt(subject: str) -> str:
-    facts = " ".join(f"Fact {i}: {subject} change slowly and reward patient study." for i in range(8))
+    fact = "change slowly and reward patient study."
+    facts = " ".join(f"Fact {i}: {subject} {fact}" for i in range(8))
     return f"You are the {subject} desk's assistant. {facts}"
 
 
@@ -106,7 +107,7 @@ def test_an_outside_subscriber_reads_well_formed_block_stored_events(cluster: Se
             assert isinstance(ts, float) and time.time() - 60 < ts <= time.time()
             stored += [e for e in events if e[0] == "BlockStored" and e[1][0] == hashes[0]]
         assert stored, "no BlockStored for the prompt's first page"
-        kind, block_hashes, parent, token_ids, block_size, lora_id, medium = stored[0]
+        _, block_hashes, parent, token_ids, block_size, lora_id, medium = stored[0]
         assert block_hashes == hashes[: len(block_hashes)] and len(block_hashes) > 1
         assert parent is None and token_ids == tokens[: len(block_hashes) * PAGE_SIZE]
         assert (block_size, lora_id) == (PAGE_SIZE, None) and medium in ("CPU", "GPU")
@@ -117,7 +118,7 @@ def test_an_outside_subscriber_reads_well_formed_block_stored_events(cluster: Se
         numbers = []
         while True:
             assert dealer.poll(5000), "the replay socket did not answer"
-            empty, seq, payload = dealer.recv_multipart()
+            _, seq, payload = dealer.recv_multipart()
             numbers.append(int.from_bytes(seq, "big", signed=True))
             if numbers[-1] == -1:
                 break

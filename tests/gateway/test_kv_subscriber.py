@@ -168,7 +168,7 @@ async def test_a_batch_lost_at_the_end_is_caught_from_the_heartbeats():
 
 
 async def test_a_worker_that_leaves_is_forgotten():
-    context, registry, index, drops, subscriber = await started()
+    context, registry, index, _, subscriber = await started()
     try:
         await in_step_at_1(context, registry, index, subscriber)
         registry.remove("w0")

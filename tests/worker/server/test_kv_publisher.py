@@ -48,9 +48,8 @@ def test_a_start_no_longer_kept_gets_a_snapshot_of_what_is_held():
     history.record(KvEventBatch(1.0, (BlockRemoved((H[2],)),)))
     (seq, payload), *rest = history.replay(0, now=5.0)
     assert seq == 2 and rest == []
-    assert decode_batch(payload) == KvEventBatch(
-        5.0, (AllBlocksCleared(), BlockStored(tuple(H[:2]), None, tuple(TOKENS[:8]), 4, None, "CPU"))
-    )
+    held = BlockStored(tuple(H[:2]), None, tuple(TOKENS[:8]), 4, None, "CPU")
+    assert decode_batch(payload) == KvEventBatch(5.0, (AllBlocksCleared(), held))
 
 
 def test_a_large_snapshot_comes_in_parts_of_one_number():
@@ -64,7 +63,8 @@ def test_a_large_snapshot_comes_in_parts_of_one_number():
 
 def test_bind_addresses():
     gateway = "tcp://127.0.0.1:5557"
-    assert bind_addresses("auto", gateway) == ("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", "127.0.0.1")
+    auto = ("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", "127.0.0.1")
+    assert bind_addresses("auto", gateway) == auto
     assert bind_addresses("tcp://127.0.0.1:7000", gateway) == (
         "tcp://127.0.0.1:7000",
         "tcp://127.0.0.1:7001",
