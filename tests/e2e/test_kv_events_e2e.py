@@ -79,6 +79,9 @@ def test_a_prompts_second_request_lands_where_its_pages_are(cluster: Server) -> 
         assert usage["prompt_tokens_details"]["cached_tokens"] >= full_pages, (subject, usage)
     views = kv_views(cluster)
     assert all(view["in_step"] and view["pages"] > 0 for view in views.values()), views
+    dropped = cluster.stats()["dropped_frames"]
+    bad = ("kv_framing", "kv_malformed", "kv_foreign", "kv_inconsistent", "kv_replay_timeout")
+    assert not any(dropped.get(reason) for reason in bad), dropped
 
 
 def test_an_outside_subscriber_reads_well_formed_block_stored_events(cluster: Server) -> None:

@@ -25,7 +25,9 @@ class KvEventRecorder:
 
     def stored(self, page: int, parent: int | None, tokens: Sequence[int]) -> None:
         """`page` joined the index right after `parent` (None: a sequence's first page)."""
-        parent_hash = None if parent is None else self._hashes[parent]
+        parent_hash = None if parent is None else self._hashes.get(parent)
+        if parent is not None and parent_hash is None:
+            return  # indexed before the recorder was attached: its chain cannot be named
         page_hash = block_hash(parent_hash, tokens)
         self._hashes[page] = page_hash
         last = self.pending[-1] if self.pending else None
@@ -47,7 +49,7 @@ class KvEventRecorder:
 
     def removed(self, pages: Sequence[int]) -> None:
         """`pages` left the index (evicted, orphaned before being computed)."""
-        hashes = tuple(self._hashes.pop(page) for page in pages)
+        hashes = tuple(h for page in pages if (h := self._hashes.pop(page, None)) is not None)
         if not hashes:
             return
         last = self.pending[-1] if self.pending else None

@@ -84,3 +84,15 @@ def test_cleared_forgets_every_page():
     recorder.cleared()
     assert recorder.take()[-1] == AllBlocksCleared()
     assert len(recorder) == 0
+
+
+def test_pages_indexed_before_the_recorder_are_never_named():
+    cache, recorder = recorded_cache()
+    cache.pool.recorder = None
+    tokens = list(range(8))
+    cache.admit(1, tokens)
+    cache.pool.recorder = recorder
+    assert cache.grow(1, 12)
+    cache.commit(1, [*tokens, 8, 9, 10, 11], 12)  # a third page after an unnamed parent
+    cache.release(1)  # no event for pages it never announced
+    assert recorder.take() == [] and len(recorder) == 0
