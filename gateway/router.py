@@ -90,11 +90,14 @@ class ExactPrefix(RoutingPolicy):
 
     The gateway has no tokenizer, so the prompt's token ids come from a worker first
     (gateway/kv_routing.py); their chained page hashes (common/kv_events.py) are the ones
-    the workers publish. The same rule as CacheAware then picks: the best match if it covers
-    at least `min_match` of the prompt and the load is in balance, else the least loaded. The
-    chosen worker is expected to hold the prompt's pages from now on, until its events say
-    otherwise, so the same prefix arriving meanwhile goes there too. Without token ids it
-    picks the least loaded.
+    the workers publish. The worker holding most of them wins if that covers at least
+    `min_match` of the prompt; when none does (the prefix is new, or was evicted), the
+    worker the prefix was sent to before takes it again, so that each prefix stays on one
+    worker and each cache holds its share of them rather than all of them in turn; else the
+    least loaded. Ties go to where the prefix was sent before, then to the lighter worker,
+    and the load guard of CacheAware overrides it all. The chosen worker is expected to
+    hold the prompt's pages from now on, until its events say otherwise, so the same prefix
+    arriving meanwhile goes there too. Without token ids it picks the least loaded.
     """
 
     name = "exact"
@@ -106,6 +109,7 @@ class ExactPrefix(RoutingPolicy):
         self.balance_abs = balance_abs
         self.balance_rel = balance_rel
         self.index = KvIndex()
+        self._sent: dict[str, ApproxPrefixIndex] = {}  # page hashes routed to each worker
         self._least_loaded = LeastLoaded()
 
     def pick(self, workers: Sequence[WorkerState], prompt_text: str) -> WorkerState:
@@ -122,21 +126,35 @@ class ExactPrefix(RoutingPolicy):
         if not out_of_balance(workers, self.balance_abs, self.balance_rel):
             # A worker never reuses a prompt's last token: it computes it to sample.
             reusable = max(0, len(token_ids) - 1)
-            hits = {
-                w.worker_id: min(
-                    self.index.match(w.worker_id, by_size[w.page_size], now) * w.page_size,
-                    reusable - reusable % w.page_size,
-                )
-                for w in workers
-            }
-            best = max(workers, key=lambda w: (hits[w.worker_id], -w.load, w.worker_id))
-            if hits[best.worker_id] and hits[best.worker_id] >= self.min_match * reusable:
-                chosen = best
-        self.index.expect(chosen.worker_id, by_size[chosen.page_size], now)
+
+            def tokens(w: WorkerState, pages: int) -> int:
+                return min(pages * w.page_size, reusable - reusable % w.page_size)
+
+            held, sent = {}, {}
+            for w in workers:
+                hashes = by_size[w.page_size]
+                held[w.worker_id] = tokens(w, self.index.match(w.worker_id, hashes, now))
+                sent[w.worker_id] = tokens(w, self._sent_to(w.worker_id).match(hashes))
+            needed = max(1.0, self.min_match * reusable)
+            holder = max(workers, key=lambda w: (held[w.worker_id], sent[w.worker_id], -w.load))
+            before = max(workers, key=lambda w: (sent[w.worker_id], -w.load))
+            if held[holder.worker_id] >= needed:
+                chosen = holder
+            elif sent[before.worker_id] >= needed:
+                chosen = before
+        hashes = by_size[chosen.page_size]
+        self.index.expect(chosen.worker_id, hashes, now)
+        self._sent_to(chosen.worker_id).insert(hashes)
         return chosen
+
+    def _sent_to(self, worker_id: str) -> ApproxPrefixIndex:
+        if worker_id not in self._sent:
+            self._sent[worker_id] = ApproxPrefixIndex()
+        return self._sent[worker_id]
 
     def forget(self, worker_id: str) -> None:
         self.index.forget(worker_id)
+        self._sent.pop(worker_id, None)
 
 
 def out_of_balance(workers: Sequence[WorkerState], balance_abs: int, balance_rel: float) -> bool:

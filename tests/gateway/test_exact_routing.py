@@ -49,14 +49,16 @@ def test_less_than_half_the_prompt_goes_to_the_least_loaded():
     assert policy.pick_tokens(registry.all(), PROMPT_A, now=0.0).worker_id == "w1"
 
 
-def test_an_evicted_prefix_no_longer_attracts():
+def test_a_worker_that_holds_the_prefix_wins_over_where_it_was_sent():
     registry = workers("w0", "w1")
     policy = ExactPrefix()
-    holding(policy, "w1", PROMPT_A, 4)
-    registry.get("w1").in_flight.add("r")
+    holding(policy, "w0", PROMPT_A, 4)
+    policy.pick_tokens(registry.all(), PROMPT_A, now=0.0)  # sent to w0
     removed = BlockRemoved(tuple(hashes_of(PROMPT_A, 16)[::-1]))
-    policy.index.apply("w1", 1, KvEventBatch(0.0, (removed,)))
-    assert policy.pick_tokens(registry.all(), PROMPT_A, now=0.0).worker_id == "w0"
+    policy.index.apply("w0", 1, KvEventBatch(0.0, (removed,)))  # evicted there
+    holding(policy, "w1", PROMPT_A, 4)  # and computed on w1 (another gateway's request)
+    registry.get("w1").in_flight.add("r")
+    assert policy.pick_tokens(registry.all(), PROMPT_A, now=20.0).worker_id == "w1"
 
 
 def test_far_busier_holder_is_passed_over():
@@ -75,8 +77,22 @@ def test_a_prompt_just_routed_draws_its_prefix_before_any_event():
     first = policy.pick_tokens(registry.all(), PROMPT_A, now=0.0)
     first.in_flight.add("r")  # it is now the busier one
     assert policy.pick_tokens(registry.all(), PROMPT_A, now=1.0) is first
-    # Expected pages lapse when the worker never confirms them.
-    assert policy.pick_tokens(registry.all(), PROMPT_A, now=60.0) is not first
+    # Expected pages lapse when the worker never confirms them: a worker that says it
+    # holds half the prompt is then the better bet.
+    holding(policy, "w1", PROMPT_A, 2)
+    assert policy.pick_tokens(registry.all(), PROMPT_A, now=60.0).worker_id == "w1"
+
+
+def test_a_prefix_nobody_holds_goes_back_where_it_was_sent():
+    registry = workers("w0", "w1")
+    policy = ExactPrefix()
+    holding(policy, "w0", PROMPT_A, 4)
+    assert policy.pick_tokens(registry.all(), PROMPT_A, now=0.0).worker_id == "w0"
+    removed = BlockRemoved(tuple(hashes_of(PROMPT_A, 16)[::-1]))
+    policy.index.apply("w0", 1, KvEventBatch(0.0, (removed,)))  # evicted
+    registry.get("w0").in_flight.add("r")
+    # Nobody holds it: it stays with w0, which keeps its share of the prefixes.
+    assert policy.pick_tokens(registry.all(), PROMPT_A, now=1.0).worker_id == "w0"
 
 
 def test_each_page_size_gets_its_own_hashes():
