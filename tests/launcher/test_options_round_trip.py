@@ -23,6 +23,7 @@ from worker.server.worker_config import WorkerConfig
 SHAPED = {
     "worker_bind": "tcp://10.0.0.1:6000",
     "gateway": "tcp://10.0.0.2:6000",
+    "kv_events_bind": "tcp://10.0.0.2:7000",
     "cors_origins": ("https://app.example", "*"),
 }
 
