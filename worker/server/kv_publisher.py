@@ -133,7 +133,8 @@ def attach_publisher(
     engine: InferenceEngine, config: WorkerConfig, context: zmq.Context[zmq.Socket[bytes]]
 ) -> KvEventPublisher | None:
     """A publisher fed by the engine's paged cache, or None: events off, a cache without
-    pages, or an encrypted link with no address asked for (events are not encrypted)."""
+    pages, an encrypted link with no address asked for (events are not encrypted), or an
+    address that cannot be bound (logged; the worker serves, routed by load)."""
     if config.kv_events_bind == "off":
         return None
     cache = getattr(engine, "cache", None)
@@ -143,9 +144,14 @@ def attach_publisher(
         log.info("KV events off: the link is encrypted and they would not be (--kv-events-bind)")
         return None
     medium = "GPU" if cache.storage.k.device.type == "cuda" else "CPU"
-    publisher = KvEventPublisher(
-        context, config.worker_id, config.kv_events_bind, config.gateway, cache.page_size, medium
-    )
+    try:
+        bind, page_size = config.kv_events_bind, cache.page_size
+        publisher = KvEventPublisher(
+            context, config.worker_id, bind, config.gateway, page_size, medium
+        )
+    except zmq.ZMQError as exc:  # the address is taken or not this host's: serve without
+        log.error("KV events off: cannot bind %s: %s", config.kv_events_bind, exc)
+        return None
     # Before any request: the engine thread is idle, and reads these from its next step on.
     cache.pool.recorder = publisher.recorder
     engine.scheduler.flush_listeners.append(publisher.flush)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import msgpack
+import torch
 import zmq
 
 from common.kv_events import (
@@ -18,7 +19,9 @@ from common.kv_events import (
     prompt_block_hashes,
     seq_bytes,
 )
-from tests.worker.server.fake_engine import FakeEngine
+from tests.worker.server.fake_engine import FakeEngine, FakeScheduler
+from worker.kv.base import KVStorage
+from worker.kv.paged import PageCache
 from worker.server.kv_history import KvHistory
 from worker.server.kv_publisher import KvEventPublisher, attach_publisher, bind_addresses
 from worker.server.worker_config import WorkerConfig
@@ -85,6 +88,37 @@ def test_no_publisher_without_a_paged_cache_or_when_off():
         assert attach_publisher(FakeEngine(), config, context) is None  # type: ignore[arg-type]
         off = WorkerConfig(gateway="tcp://127.0.0.1:5557", worker_id="w0", kv_events_bind="off")
         assert attach_publisher(FakeEngine(), off, context) is None  # type: ignore[arg-type]
+    finally:
+        context.destroy(linger=0)
+
+
+class PagedEngine(FakeEngine):
+    """The fake engine with a real paged cache, as attach_publisher finds it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        storage = KVStorage(1, 8, 4, 1, 2, torch.float32, torch.device("cpu"))
+        self.cache = PageCache(storage, 4, 64)
+        self.scheduler = FakeScheduler()
+
+
+def test_a_publisher_feeds_on_the_paged_cache():
+    config = WorkerConfig(
+        gateway="tcp://127.0.0.1:5557", worker_id="w0", kv_events_bind="tcp://127.0.0.1:0"
+    )
+    engine, context = PagedEngine(), zmq.Context()
+    try:
+        publisher = attach_publisher(engine, config, context)  # type: ignore[arg-type]
+        assert publisher is not None
+        assert engine.cache.pool.recorder is publisher.recorder
+        assert engine.scheduler.flush_listeners == [publisher.flush]
+        assert publisher.address.startswith("tcp://127.0.0.1:")
+        assert publisher.replay_address != publisher.address
+        # An address already taken: the worker serves without events.
+        taken = publisher.address
+        clash = WorkerConfig(gateway="tcp://127.0.0.1:5557", worker_id="w1", kv_events_bind=taken)
+        assert attach_publisher(PagedEngine(), clash, context) is None  # type: ignore[arg-type]
+        publisher.stop()
     finally:
         context.destroy(linger=0)
 
