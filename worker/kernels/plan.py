@@ -31,7 +31,7 @@ from worker.machine.paths import cache_root
 
 log = logging.getLogger(__name__)
 
-PLAN_VERSION = 3  # 3: the K-quant panel kernels against ggml's
+PLAN_VERSION = 4  # 4: the K-quant panel kernels against our gemv
 FLOAT32_LAYOUTS = ("mm", "linear", "mkldnn")
 
 
