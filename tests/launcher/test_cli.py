@@ -110,7 +110,7 @@ def test_flags_and_defaults_kept_from_before():
     assert (serve["compile"], serve["console"], serve["cors_origins"]) == (False, True, [])
     assert "num_threads" not in serve and "health_port" not in serve
     worker = vars(parser.parse_args(["worker"]))
-    assert (worker["gateway"], worker["worker_id"]) == ("tcp://127.0.0.1:5557", None)
+    assert (worker["gateways"], worker["worker_id"]) == (["tcp://127.0.0.1:5557"], None)
     assert (worker["num_threads"], worker["health_port"]) == (None, None)
     assert (worker["curve_server_key"], worker["curve_secret_key"]) == (None, None)
     gateway = vars(parser.parse_args(["gateway"]))
