@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from dataclasses import dataclass, field
 
 import zmq
 
@@ -12,13 +13,32 @@ from worker.engine.sequence import EventSink, TokenEvent
 from worker.server.request_routes import RequestRoutes
 from worker.server.wire_events import to_wire
 
+ENDS = b"+"  # a link id with this suffix: some choice ended among the frames
+
+
+@dataclass
+class LinkEvents:
+    """The events waiting for one gateway link: encoded wire messages, and whether a
+    choice ended among them."""
+
+    frames: list[bytes] = field(default_factory=list)
+    ends: bool = False
+
+    def add(self, frames: list[bytes], ends: bool) -> None:
+        self.frames.extend(frames)
+        self.ends = self.ends or ends
+
+    def key(self, link_id: int) -> bytes:
+        return b"%d%s" % (link_id, ENDS if self.ends else b"")
+
 
 class EventRelay:
-    """Events cross an inproc PUSH/PULL pair as multipart messages `[link id, frame, …]`:
-    the first part names the gateway link the request came from, each other part is one
-    encoded wire message. The engine thread encodes and sends (its own PUSH socket, one send
-    per link at each step's end); the I/O thread reads them (`take`) and sends each link's
-    frames to its gateway. A request's route ends with its last choice's finish event."""
+    """Events cross an inproc PUSH/PULL pair as multipart messages `[key, frame, …]`: the
+    key names the gateway link the request came from (and says whether a choice ended),
+    each other part is one encoded wire message. The engine thread encodes and sends (its
+    own PUSH socket, one send per link at each step's end); the I/O thread reads them
+    (`take`) and sends each link's frames to its gateway. A request's route ends with its
+    last choice's finish event."""
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]], routes: RequestRoutes) -> None:
         self.address = f"inproc://events-{id(self):x}"
@@ -36,23 +56,24 @@ class EventRelay:
         (each took its share of the step's time, docs/BENCHMARKS.md). On any other thread,
         at once."""
         frames = [encode(message) for message in to_wire(event)]
-        if event.finish_reason is not None:
+        ends = event.finish_reason is not None
+        if ends:
             self._routes.choice_ended(event.request_id, link_id)
-        pending: dict[int, list[bytes]] | None = getattr(self._local, "pending", None)
+        pending: dict[int, LinkEvents] | None = getattr(self._local, "pending", None)
         if pending is not None:
-            pending.setdefault(link_id, []).extend(frames)
+            pending.setdefault(link_id, LinkEvents()).add(frames, ends)
         else:
-            self._push_socket().send_multipart([b"%d" % link_id, *frames])
+            self._push_socket().send_multipart([LinkEvents(frames, ends).key(link_id), *frames])
 
     def flush(self) -> None:
         """At each of the scheduler's flushes, on its thread: the events since, as one
         message per link."""
-        pending: dict[int, list[bytes]] | None = getattr(self._local, "pending", None)
+        pending: dict[int, LinkEvents] | None = getattr(self._local, "pending", None)
         if pending is None:
             self._local.pending = {}  # from now on this thread's events wait for the flush
             return
-        for link_id, frames in pending.items():
-            self._push_socket().send_multipart([b"%d" % link_id, *frames])
+        for link_id, events in pending.items():
+            self._push_socket().send_multipart([events.key(link_id), *events.frames])
         pending.clear()
 
     def _push_socket(self) -> zmq.Socket[bytes]:
@@ -70,15 +91,16 @@ class EventRelay:
         return pull
 
     @staticmethod
-    def take(pull: zmq.Socket[bytes]) -> dict[int, list[bytes]]:
-        """The frames waiting, by link id, up to about MAX_FRAMES_PER_MESSAGE at once."""
-        by_link: dict[int, list[bytes]] = {}
+    def take(pull: zmq.Socket[bytes]) -> dict[int, LinkEvents]:
+        """The events waiting, by link id, up to about MAX_FRAMES_PER_MESSAGE frames."""
+        by_link: dict[int, LinkEvents] = {}
         num_frames = 0
         while num_frames < MAX_FRAMES_PER_MESSAGE:
             try:
                 key, *frames = pull.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            by_link.setdefault(int(key), []).extend(frames)
+            link_id = int(key.removesuffix(ENDS))
+            by_link.setdefault(link_id, LinkEvents()).add(frames, key.endswith(ENDS))
             num_frames += len(frames)
         return by_link

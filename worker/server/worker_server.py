@@ -191,12 +191,20 @@ class WorkerServer:
     # -- messages -----------------------------------------------------------------------------
     def _forward(self, events: zmq.Socket[bytes]) -> None:
         """The events waiting, each to the gateway of its request: one multipart message per
-        gateway, so a decode step's tokens cost a gateway one receive, not one each."""
+        gateway, so a decode step's tokens cost a gateway one receive, not one each. When a
+        choice ended among them, a Heartbeat closes the message: the gateway then has the
+        worker's figures after that end (pages freed, counters) before it answers the
+        client, not up to a heartbeat later."""
         links = {link.link_id: link for link in self.links.values()}
-        for link_id, frames in self.relay.take(events).items():
+        stats: WorkerStats | None = None
+        for link_id, batch in self.relay.take(events).items():
             link = links.get(link_id)
             if link is None:
                 continue  # its gateway is gone or restarted: nobody reads these
+            frames = batch.frames
+            if batch.ends:
+                stats = stats or self._stats()
+                frames = [*frames, encode(self._heartbeat(link.incarnation, stats))]
             for start in range(0, len(frames), MAX_FRAMES_PER_MESSAGE):
                 if not link.send_multipart(frames[start : start + MAX_FRAMES_PER_MESSAGE]):
                     self.drops.counts["unsent"] += 1

@@ -101,6 +101,11 @@ def connect(gateway: ScriptedGateway, incarnation: str = "gw-1") -> Register:
     return register
 
 
+def submit(gateway: ScriptedGateway, request_id: str) -> None:
+    gateway.send(Submit(request_id, SamplingParams(), prompt="hi"))
+    assert gateway.expect(Accepted, skip=BEATS) == Accepted(request_id, 2)
+
+
 def test_it_registers_then_beats_with_the_engines_figures():
     with running_worker() as w:
         server, engine, gateway = w.server, w.engine, w.gateway
@@ -165,6 +170,25 @@ def test_submit_is_accepted_then_its_events_are_forwarded_as_typed_messages():
         assert isinstance(finished, Finished) and finished.finish_reason is FinishReason.TOOL_CALLS
 
 
+def test_a_choices_end_is_followed_by_the_figures_after_it_in_the_same_message():
+    """The gateway learns the worker's figures after a request's end (its pages free, its
+    counters) with the end itself, before it answers the client: /stats then reflects a
+    finished request at once, not a heartbeat later."""
+    with running_worker() as w:
+        engine, gateway = w.engine, w.gateway
+        connect(gateway)
+        submit(gateway, "r1")
+        engine.emit(TokenEvent("r1", 0, "a", (5,)))  # no end: no figures with it
+        assert gateway.expect(Tokens, skip=BEATS) == Tokens("r1", 0, "a", [5])
+        engine.finished_tasks = 1  # the scheduler counts an end before it emits it
+        engine.emit(TokenEvent("r1", 0, "", (6,), finish_reason=FinishReason.STOP))
+        assert gateway.expect(Tokens, skip=BEATS) == Tokens("r1", 0, "", [6])
+        assert isinstance(gateway.receive(), Finished)
+        beat = gateway.receive()  # the very next part of the same message
+        assert isinstance(beat, Heartbeat) and beat.stats is not None
+        assert beat.stats.finished_tasks == 1
+
+
 def test_bad_requests_are_rejected_with_their_code_and_the_loop_goes_on():
     with running_worker() as w:
         engine, gateway = w.engine, w.gateway
@@ -211,11 +235,6 @@ def test_a_draining_worker_rejects_submits_says_so_and_stops_once_idle():
         engine.idle = True
         w.thread.join(2)  # drained: the loop returns on its own
         assert not w.thread.is_alive()
-
-
-def submit(gateway: ScriptedGateway, request_id: str) -> None:
-    gateway.send(Submit(request_id, SamplingParams(), prompt="hi"))
-    assert gateway.expect(Accepted, skip=BEATS) == Accepted(request_id, 2)
 
 
 def test_a_restarted_gateway_gets_its_requests_aborted_and_a_registration_at_once():
