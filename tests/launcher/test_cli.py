@@ -63,6 +63,8 @@ def test_api_key_defaults_to_the_environment(monkeypatch):
         (["gateway", "--port", "0"], "port must be in 1..65535, got 0"),
         (["worker", "--max-seqs", "0"], "max_seqs must be >= 1, got 0"),
         (["worker", "--gateway", "localhost:5557"], "gateway must be a ZeroMQ address"),
+        (["worker", "--gateway", "tcp://gateways"], "gateway must be a ZeroMQ address"),
+        (["worker", "--gateway", "tcp://a:1", "--gateway", "b"], "got 'b'"),
     ],
 )
 def test_a_refused_value_is_a_usage_error_before_anything_starts(argv, message, capsys):

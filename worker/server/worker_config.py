@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from common.cli_options import option
 from common.wire import DEFAULT_MAX_FRAME_BYTES, DEFAULT_WORKER_BIND
@@ -46,10 +47,19 @@ class WorkerConfig:
         if not self.gateways:
             raise ValueError("gateways must name at least one gateway, got none")
         for gateway in self.gateways:
-            if not gateway.startswith(("tcp://", "ipc://", "inproc://")):
+            if not gateway.startswith(("tcp://", "ipc://", "inproc://")) or (
+                gateway.startswith("tcp://") and _port(gateway) is None
+            ):
                 raise ValueError(
                     f"gateway must be a ZeroMQ address like tcp://host:port, got {gateway!r}"
                 )
         for name in ("heartbeat_s", "gateway_timeout_s", "drain_timeout_s", "resolve_every_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+def _port(address: str) -> int | None:
+    try:
+        return urlsplit(address).port
+    except ValueError:  # not a number, or out of range
+        return None
