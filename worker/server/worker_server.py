@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import socket
 import threading
 import time
@@ -33,6 +32,7 @@ from worker.server.gateway_addresses import GatewayResolver, Lookup
 from worker.server.gateway_link import GatewayLink
 from worker.server.request_routes import RequestRoutes
 from worker.server.worker_config import WorkerConfig
+from worker.server.worker_messages import heartbeat_message, register_message
 
 log = logging.getLogger(__name__)
 RECEIVE_BATCH = 64  # messages read from one gateway before the others get their turn
@@ -265,28 +265,8 @@ class WorkerServer:
         )
 
     def _register(self, incarnation: str, stats: WorkerStats) -> Register:
-        return Register(
-            worker_id=self.config.worker_id,
-            incarnation=incarnation,
-            model=self.engine.model_name,
-            aliases=self.engine.model_aliases,
-            max_context=self.engine.max_model_len,
-            max_seqs=self.engine.options.max_seqs,
-            kv_pages=stats.kv_pages_total,
-            page_size=stats.kv_page_size,
-            pid=os.getpid(),
-            host=socket.gethostname(),
-        )
+        return register_message(self.engine, self.config.worker_id, incarnation, stats)
 
     def _heartbeat(self, incarnation: str, stats: WorkerStats) -> Heartbeat:
-        return Heartbeat(
-            worker_id=self.config.worker_id,
-            incarnation=incarnation,
-            waiting=stats.waiting_queue,
-            running=stats.active_tasks,
-            kv_pages_free=stats.kv_pages_free + stats.kv_pages_cached,
-            kv_pages_total=stats.kv_pages_total,
-            prefix_cache_hit_tokens=stats.prefix_cache_hit_tokens,
-            stats=stats,
-            draining=self._draining.is_set(),
-        )
+        draining = self._draining.is_set()
+        return heartbeat_message(self.config.worker_id, incarnation, stats, draining)
