@@ -164,7 +164,7 @@ def _segments(
         weight = torch.cat(run) if merged else run[0]
         segments.append(Segment((first, i), on_gemv[first], types[first], weight))
         if merged:
-            weights[first:i] = list(weight.split([w.shape[0] for w in run]))
+            weights[first:i] = list(torch.split(weight, [w.shape[0] for w in run]))
         first = i
     return segments, weights
 
