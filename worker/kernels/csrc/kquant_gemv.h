@@ -89,7 +89,7 @@ inline __m512 halves_twice(const uint8_t* p) {
 
 // Bytes ahead of the super-block being multiplied that are requested from memory: enough to
 // cover the memory's latency at its bandwidth, little enough to stay in L1.
-constexpr int64_t kPrefetchAhead = 16 * kQ4KWovenBytes;
+constexpr int64_t kPrefetchAhead = 8 * kQ4KWovenBytes;
 
 // out[r][c] for rows r < kRows of `x` and the 8 columns of woven group `group`.
 template <int kRows>
@@ -106,7 +106,7 @@ inline void q4_k_gemv_group(const uint8_t* weights, int64_t supers, int64_t grou
   for (int64_t s = 0; s < supers; ++s) {
     const uint8_t* super = group_bytes + s * kQ4KWovenBytes;
     for (int64_t line = 0; line < kQ4KWovenBytes; line += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(super + kPrefetchAhead + line), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(super + kPrefetchAhead + line), _MM_HINT_T1);
     const Q4KScales scales(super);
     __m512i sum[kRows];
     for (int r = 0; r < kRows; ++r) sum[r] = _mm512_setzero_si512();
