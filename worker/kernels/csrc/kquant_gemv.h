@@ -58,25 +58,34 @@ struct Q4KScales {
 
   explicit Q4KScales(const uint8_t* super) {
     // Per sub-block s, bytes 12 s .. + 12 of the 96: words w0 (scales of rows 0-3 and the top
-    // bits of rows 4-7's), w1 (minimums likewise), w2 (low nibbles of rows 4-7's).
-    alignas(64) uint32_t words[24];
-    std::memcpy(words, super + 32, 96);
-    alignas(16) uint8_t sc[8][16], mn[8][8];
-    for (int s = 0; s < 8; ++s) {
-      const uint32_t w0 = words[3 * s], w1 = words[3 * s + 1], w2 = words[3 * s + 2];
-      const uint32_t sc_low = w0 & 0x3F3F3F3F, mn_low = w1 & 0x3F3F3F3F;
-      const uint32_t sc_high = (w2 & 0x0F0F0F0F) | ((w0 >> 2) & 0x30303030);
-      const uint32_t mn_high = ((w2 >> 4) & 0x0F0F0F0F) | ((w1 >> 2) & 0x30303030);
-      std::memcpy(mn[s], &mn_low, 4);
-      std::memcpy(mn[s] + 4, &mn_high, 4);
-      alignas(8) uint8_t rows[8];
-      std::memcpy(rows, &sc_low, 4);
-      std::memcpy(rows + 4, &sc_high, 4);
-      for (int r = 0; r < 8; ++r) sc[s][2 * r] = sc[s][2 * r + 1] = rows[r];
-    }
-    for (int s = 0; s < 8; ++s) {
-      scale[s] = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc[s])));
-      minimum[s] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn[s])));
+    // bits of rows 4-7's), w1 (minimums likewise), w2 (low nibbles of rows 4-7's); lane s of
+    // w0, w1, w2 below (lanes 8-15 unused).
+    const __m512i head = _mm512_loadu_si512(super + 32), tail = _mm512_loadu_si512(super + 96);
+    const __m512i three = _mm512_set_epi32(45, 42, 39, 36, 33, 30, 27, 24, 21, 18, 15, 12, 9, 6, 3, 0);
+    const __m512i w0 = _mm512_permutex2var_epi32(head, _mm512_and_si512(three, _mm512_set1_epi32(31)), tail);
+    const __m512i w1 = _mm512_permutex2var_epi32(
+        head, _mm512_and_si512(_mm512_add_epi32(three, _mm512_set1_epi32(1)), _mm512_set1_epi32(31)), tail);
+    const __m512i w2 = _mm512_permutex2var_epi32(
+        head, _mm512_and_si512(_mm512_add_epi32(three, _mm512_set1_epi32(2)), _mm512_set1_epi32(31)), tail);
+    const __m512i six = _mm512_set1_epi8(0x3F), four = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
+    const __m512i sc_low = _mm512_and_si512(w0, six), mn_low = _mm512_and_si512(w1, six);
+    const __m512i sc_high = _mm512_or_si512(_mm512_and_si512(w2, four),
+                                            _mm512_and_si512(_mm512_srli_epi32(w0, 2), top));
+    const __m512i mn_high = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), four),
+                                            _mm512_and_si512(_mm512_srli_epi32(w1, 2), top));
+    // Qword s: the 8 rows' bytes of sub-block s (unpack works within 128-bit lanes: the low
+    // half gives sub-blocks 0, 1 | 4, 5, the high half 2, 3 | 6, 7).
+    alignas(64) uint64_t sc[2][8], mn[2][8];
+    _mm512_store_si512(sc[0], _mm512_unpacklo_epi32(sc_low, sc_high));
+    _mm512_store_si512(sc[1], _mm512_unpackhi_epi32(sc_low, sc_high));
+    _mm512_store_si512(mn[0], _mm512_unpacklo_epi32(mn_low, mn_high));
+    _mm512_store_si512(mn[1], _mm512_unpackhi_epi32(mn_low, mn_high));
+    const __m128i twice = _mm_set_epi8(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    for (int b = 0; b < 8; ++b) {
+      const int half = (b / 2) % 2, at = 2 * (b / 4) + b % 2;
+      const __m128i bytes = _mm_cvtsi64_si128(static_cast<int64_t>(sc[half][at]));
+      scale[b] = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(bytes, twice));
+      minimum[b] = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn[half][at])));
     }
   }
 };
