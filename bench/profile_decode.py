@@ -83,8 +83,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--quantization", default=None)
+    parser.add_argument("--model", default=None, help="a GGUF file or folder (default model)")
     args = parser.parse_args()
-    options = {"dtype": args.dtype, "quantization": args.quantization}
+    options = {"model": args.model, "dtype": args.dtype, "quantization": args.quantization}
     print(profile_decode(args.batch, args.steps, options))
 
 

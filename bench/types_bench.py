@@ -6,6 +6,9 @@ are up side by side and measured in alternating rounds (bench/paired.py):
 - non-streamed `/v1/completions` at one stream (128 tokens, EOS ignored): tok/s;
 - W1 chat over SSE at 1, 8 and 32 streams (the 1 B file only, `--w1`);
 - seconds from start to ready, and each server's peak RSS (the worker's, for ours);
+- the c=1 figures as a share of the weight-streaming limit: the file read once per token at the
+  machine's measured memory read bandwidth (bench/memory_bandwidth.py, taken before the servers
+  start);
 - agreement: top-1 under teacher forcing over fixed text: at each position of the text's
   tokens, both servers' greedy next token given the text up to it (one-token completions
   from the token ids), the share of positions where they agree.
@@ -23,6 +26,7 @@ from typing import Any
 
 from bench.bench_models import default_requantized, one_b
 from bench.measure import RunResult, run_http
+from bench.memory_bandwidth import read_bandwidth_gb_s, streaming_limit_tok_s
 from bench.paired import Contender, alternate, median_ratio, median_run
 from bench.server import LlamaServer, Server
 from bench.speed_bench import llama_server_binary
@@ -145,8 +149,8 @@ def measure_file(binary: Path, model: Path, rounds: int, w1_streams: tuple[int, 
         peer.stop()
 
 
-def markdown(results: list[dict[str, Any]], cpu: str) -> str:
-    lines = [f"CPU: {cpu}", ""]
+def markdown(results: list[dict[str, Any]], cpu: str, bandwidth_gb_s: float) -> str:
+    lines = [f"CPU: {cpu}", f"Memory read bandwidth: {bandwidth_gb_s:.1f} GB/s", ""]
     lines += [
         "| file | MiB | point | ours tok/s | llama-server tok/s | ratio |",
         "|---|---:|---|---:|---:|---:|",
@@ -168,6 +172,19 @@ def markdown(results: list[dict[str, Any]], cpu: str) -> str:
             f"{r['peak_rss_mib'][OURS]:.0f} / {r['peak_rss_mib'][PEER]:.0f} | "
             f"{r['kv_reserved_mib']:.0f} | {100 * r['agreement']:.0f}% |"
         )
+    lines += [
+        "",
+        "| file | point | streaming limit (tok/s) | ours | llama-server |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in results:
+        limit = streaming_limit_tok_s(int(r["file_mib"] * 2**20), bandwidth_gb_s)
+        for name, p in r["points"].items():
+            if name.endswith("c=1"):
+                lines.append(
+                    f"| {r['file']} | {name} | {limit:.0f} | {p[OURS] / limit:.0%} | "
+                    f"{p[PEER] / limit:.0%} |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -188,14 +205,16 @@ def main() -> None:
         "Q8_0": lambda: default_requantized(quantize, "Q8_0"),
         "1B": lambda: one_b(quantize),
     }
+    bandwidth = read_bandwidth_gb_s()
     results = []
     for name in args.files.split(","):
         streams = tuple(int(c) for c in args.w1.split(",")) if name == "1B" else ()
         results.append(measure_file(Path(binary), files[name](), args.rounds, streams))
         print(json.dumps(results[-1]["points"], indent=1), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "types.json").write_text(json.dumps(results, indent=2))
-    report = markdown(results, describe_cpu())
+    summary = {"memory_read_gb_s": bandwidth, "files": results}
+    (args.out / "types.json").write_text(json.dumps(summary, indent=2))
+    report = markdown(results, describe_cpu(), bandwidth)
     (args.out / "types.md").write_text(report)
     print(report)
 

@@ -3,10 +3,10 @@
 A field gets a flag when its metadata comes from `option(help=...)`; everything else about
 the flag follows from the field: the name (`--max-seqs` for `max_seqs`, unless `flag=`
 says otherwise), the type (int, float, str, optional ones, `tuple[str, ...]` as a
-repeatable flag that takes one or more values each time) and the default. A bool is a
-switch that turns the default around: `--compile` for a field that defaults to False,
-`--no-console` for one that defaults to True. The argparse destination is the field's
-name, so `build(cls, args)` needs no mapping.
+repeatable flag that takes one or more values each time, the values given replacing the
+default) and the default. A bool is a switch that turns the default around: `--compile`
+for a field that defaults to False, `--no-console` for one that defaults to True. The
+argparse destination is the field's name, so `build(cls, args)` needs no mapping.
 """
 
 from __future__ import annotations
@@ -119,13 +119,30 @@ def add_flags(
             flag.flag,
             dest=flag.name,
             type=flag.value_type,
-            action="extend" if flag.kind == "repeat" else "store",
+            action=_Repeat if flag.kind == "repeat" else "store",
             nargs="+" if flag.kind == "repeat" else None,
             default=list(flag.default) if flag.kind == "repeat" else flag.default,  # type: ignore[call-overload]
             choices=spec.choices,
             metavar=spec.metavar or _default_metavar(flag),
             help=spec.help,
         )
+
+
+class _Repeat(argparse.Action):
+    """argparse's "extend", except that the first use replaces the default instead of
+    adding to it (`--gateway B` means B alone, not the default gateway and B)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        current = getattr(namespace, self.dest, None)
+        items = [] if current is None or current is self.default else list(current)
+        items.extend(values or ())
+        setattr(namespace, self.dest, items)
 
 
 def _default_metavar(flag: Flag) -> str | None:

@@ -1,9 +1,11 @@
 """SamplingParams: one request's generation settings, the one struct that crosses ZeroMQ.
 
-Built where settings enter: by the gateway from a protocol's body, by the engine API from
-keywords, and by the wire codec on the worker's side of Submit and Tokenize (`to_wire`, then
-`from_wire`). Each checks by the same rules, once, so no side accepts what another refuses;
-past those edges every part of the worker reads this one typed struct.
+Checked once where settings enter: the engine API's keywords (`from_kwargs`) and the wire
+codec on the worker's side of Submit and Tokenize (`to_wire`, then `from_wire`) by these
+fields' rules; a request body by its protocol's model, whose rules are these or narrower
+(tests/gateway/test_sampling_edge.py), after which the gateway builds the struct from the
+checked values (`of_checked`). Past those edges every part of the worker reads this one
+typed struct.
 """
 
 from __future__ import annotations
@@ -13,157 +15,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError, model_validator
 
+from common import sampling_fields as rules
 from common.errors import RequestError
-from common.structured_output import KINDS
-from common.tool_calls import CHOICES
-from common.validation import (
-    INT64_MAX,
-    INT64_MIN,
-    MAX_COUNT,
-    boolean,
-    check_json_object,
-    check_text,
-    describe,
-    integer,
-    invalid,
-    json_type,
-    number,
-    show,
-)
-
-MAX_TOP_LOGPROBS = 20
-MAX_LOGIT_BIAS = 100
-MAX_N = 16
-# Every stop string is looked for in each new piece of every choice's text: a bounded number
-# of bounded strings (OpenAI's own API allows 4; Anthropic's stop_sequences had no limit here).
-MAX_STOPS = 16
-MAX_STOP_CHARS = 500
-
-
-def _top_k(value: Any) -> int:
-    """top_k >= 0; -1 (vLLM's "off") is taken as 0, which is off too."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid(f"must be an integer, got {json_type(value)}")
-    if value < -1:
-        raise invalid(f"must be >= -1 (-1 and 0 mean off), got {show(value)}")
-    if value > MAX_COUNT:
-        raise invalid(f"must be at most {MAX_COUNT}, got {show(value)}")
-    return max(value, 0)
-
-
-def _strings(value: Any) -> tuple[str, ...]:
-    """Stop strings: one string or a sequence of non-empty ones."""
-    if isinstance(value, str):
-        value = (value,)
-    if not isinstance(value, (list, tuple)):
-        raise invalid(f"must be a string or an array of strings, got {json_type(value)}")
-    if len(value) > MAX_STOPS:
-        raise invalid(f"may hold at most {MAX_STOPS} strings, got {len(value)}")
-    return tuple(
-        check_text(item, non_empty=True, at=str(i), max_chars=MAX_STOP_CHARS)
-        for i, item in enumerate(value)
-    )
-
-
-def _token_ids(value: Any) -> tuple[int, ...]:
-    if not isinstance(value, (list, tuple)):
-        raise invalid(f"must be an array of token ids, got {json_type(value)}")
-    for i, token in enumerate(value):
-        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= MAX_COUNT:
-            raise invalid(f"must be a token id (an integer >= 0), got {show(token)}", str(i))
-    return tuple(value)
-
-
-def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
-    """(token id, bias in [-100, 100]) pairs."""
-    if not isinstance(value, (list, tuple)):
-        raise invalid(f"must be an array of [token id, bias] pairs, got {json_type(value)}")
-    pairs = []
-    for i, pair in enumerate(value):
-        checked = _bias_pair(pair)
-        if checked is None:
-            reason = f"must be a [token id, bias in [-{MAX_LOGIT_BIAS}, {MAX_LOGIT_BIAS}]] pair"
-            raise invalid(f"{reason}, got {show(pair)}", str(i))
-        pairs.append(checked)
-    return tuple(pairs)
-
-
-def _bias_pair(pair: Any) -> tuple[int, float] | None:
-    if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-        return None
-    token, bias = pair
-    if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= MAX_COUNT:
-        return None
-    if isinstance(bias, bool) or not isinstance(bias, (int, float)):
-        return None
-    if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:  # also NaN
-        return None
-    return token, float(bias)
-
-
-def _tools(value: Any) -> tuple[dict[str, Any], ...]:
-    """Function definitions {name, description, parameters, strict}, JSON all through."""
-    if not isinstance(value, (list, tuple)):
-        raise invalid(f"must be an array of tools, got {json_type(value)}")
-    for i, tool in enumerate(value):
-        check_json_object(tool, str(i))
-        check_text(tool.get("name"), non_empty=True, at=f"{i}.name")
-    return tuple(dict(tool) for tool in value)
-
-
-def _tool_choice(value: Any) -> str | dict[str, Any]:
-    if isinstance(value, str) and value in CHOICES:
-        return value
-    if isinstance(value, dict) and isinstance(value.get("name"), str):
-        return check_json_object(value)
-    raise invalid(f'must be one of {", ".join(CHOICES)} or {{"name": …}}, got {show(value)}')
-
-
-def _structured_output(value: Any) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict) or value.get("type") not in KINDS:
-        raise invalid(f"must be an object whose type is one of {', '.join(KINDS)}")
-    return check_json_object(value)
-
-
-# apply_chat_template's own arguments: set by the server, never by a request.
-RESERVED_TEMPLATE_KWARGS = frozenset(
-    {
-        "conversation",
-        "messages",
-        "add_generation_prompt",
-        "continue_final_message",
-        "tools",
-        "documents",
-        "chat_template",
-        "tokenize",
-        "padding",
-        "truncation",
-        "max_length",
-        "return_tensors",
-        "return_dict",
-        "return_assistant_tokens_mask",
-        "tokenizer_kwargs",
-        "raise_exception",  # the functions transformers gives templates
-        "strftime_now",
-    }
-)
-
-
-def _template_kwargs(value: Any) -> dict[str, Any]:
-    """Extra variables for the chat template (vLLM's chat_template_kwargs), e.g.
-    {"enable_thinking": false}: a JSON object keyed by identifiers it does not reserve."""
-    if not isinstance(value, dict):
-        raise invalid(f"must be an object, got {json_type(value)}")
-    for key in value:
-        if not key.isidentifier() or key in RESERVED_TEMPLATE_KWARGS:
-            raise invalid(f"may not set {show(key)}: not a template variable a request sets")
-    return check_json_object(value)
-
-
-def _count(low: int = 0) -> Any:
-    return integer(low, None, MAX_COUNT)
+from common.sampling_fields import MAX_N, MAX_TOP_LOGPROBS
+from common.validation import INT64_MAX, INT64_MIN, boolean, describe, integer, invalid, number
 
 
 class SamplingParams(BaseModel):
@@ -178,21 +33,21 @@ class SamplingParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     temperature: Annotated[float, number(0)] = 1.0
-    top_k: Annotated[int, PlainValidator(_top_k)] = 0
+    top_k: Annotated[int, PlainValidator(rules.top_k)] = 0
     top_p: Annotated[float, number(0, 1, low_open=True)] = 1.0
     min_p: Annotated[float, number(0, 1)] = 0.0
-    max_tokens: Annotated[int, _count(1)] | None = None
+    max_tokens: Annotated[int, rules.count(1)] | None = None
     # A max_tokens past what the context leaves after the prompt is cut to it (the answer
     # then ends with "length" when the context fills), as llama.cpp's server does; off, it
     # is refused (OpenAI's routes keep that 400).
     clamp_max_tokens: Annotated[bool, boolean()] = False
-    min_tokens: Annotated[int, _count()] = 0
+    min_tokens: Annotated[int, rules.count()] = 0
     presence_penalty: Annotated[float, number(-2, 2)] = 0.0
     frequency_penalty: Annotated[float, number(-2, 2)] = 0.0
     repetition_penalty: Annotated[float, number(0, low_open=True)] = 1.0
     seed: Annotated[int, integer(INT64_MIN, INT64_MAX)] | None = None
-    stop: Annotated[tuple[str, ...], PlainValidator(_strings)] = ()
-    stop_token_ids: Annotated[tuple[int, ...], PlainValidator(_token_ids)] = ()
+    stop: Annotated[tuple[str, ...], PlainValidator(rules.stop_strings)] = ()
+    stop_token_ids: Annotated[tuple[int, ...], PlainValidator(rules.token_ids)] = ()
     ignore_eos: Annotated[bool, boolean()] = False
     logprobs: Annotated[bool, boolean()] = False
     top_logprobs: Annotated[int, integer(0, MAX_TOP_LOGPROBS)] = 0
@@ -203,11 +58,13 @@ class SamplingParams(BaseModel):
     skip_special_tokens: Annotated[bool, boolean()] = True
     # {"type": "json_object"} or {"type": "json_schema", "schema": {...}, "strict": bool}:
     # the output is constrained to it token by token (worker/sampling/grammar.py).
-    structured_output: Annotated[dict[str, Any] | None, PlainValidator(_structured_output)] = None
+    structured_output: Annotated[
+        dict[str, Any] | None, PlainValidator(rules.structured_output_spec)
+    ] = None
     # Functions the model may call ({name, description, parameters, strict}), and whether it
     # must: "auto", "none", "required" or {"name": …}; its calls are constrained to them.
-    tools: Annotated[tuple[dict[str, Any], ...], PlainValidator(_tools)] = ()
-    tool_choice: Annotated[str | dict[str, Any], PlainValidator(_tool_choice)] = "auto"
+    tools: Annotated[tuple[dict[str, Any], ...], PlainValidator(rules.tool_definitions)] = ()
+    tool_choice: Annotated[str | dict[str, Any], PlainValidator(rules.tool_choice)] = "auto"
     parallel_tool_calls: Annotated[bool, boolean()] = True
     # The chat ends with an assistant message the answer continues (the prefill idiom),
     # rather than a turn it answers.
@@ -216,28 +73,40 @@ class SamplingParams(BaseModel):
     # API's truncation "auto"); otherwise it is refused.
     drop_oldest_turns: Annotated[bool, boolean()] = False
     # Variables for the chat template (vLLM's field), e.g. {"enable_thinking": False}.
-    chat_template_kwargs: Annotated[dict[str, Any], PlainValidator(_template_kwargs)] = {}
+    chat_template_kwargs: Annotated[dict[str, Any], PlainValidator(rules.template_kwargs)] = {}
     # (token id, bias) pairs added to the logits before sampling (OpenAI's logit_bias).
-    logit_bias: Annotated[tuple[tuple[int, float], ...], PlainValidator(_logit_bias)] = ()
+    logit_bias: Annotated[
+        tuple[tuple[int, float], ...], PlainValidator(rules.logit_bias_pairs)
+    ] = ()
 
     def __init__(self, **data: Any) -> None:
-        # None for an optional setting means its default, as for a JSON null.
-        data = {key: value for key, value in data.items() if value is not None}
-        unknown = sorted(set(data) - set(type(self).model_fields))
-        if unknown:
-            raise RequestError(f"unknown sampling parameter {unknown[0]!r}", unknown[0])
         try:
-            super().__init__(**data)
+            super().__init__(**_given(data))
         except ValidationError as exc:
             param, message = describe(exc)
             raise RequestError(message, param) from None
 
     @model_validator(mode="after")
     def _min_within_max(self) -> SamplingParams:
-        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
-            reason = f"must be <= max_tokens ({self.max_tokens}), got {self.min_tokens}"
+        reason = self._min_tokens_past_max()
+        if reason is not None:
             raise invalid(reason, "min_tokens")
         return self
+
+    def _min_tokens_past_max(self) -> str | None:
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            return f"must be <= max_tokens ({self.max_tokens}), got {self.min_tokens}"
+        return None
+
+    @classmethod
+    def of_checked(cls, **settings: Any) -> SamplingParams:
+        """From values a protocol's body model checked (by these fields' rules or narrower
+        ones) and typed as these fields are: not checked again, only across fields."""
+        params = cls.model_construct(**_given(settings))
+        reason = params._min_tokens_past_max()
+        if reason is not None:
+            raise RequestError(f"min_tokens {reason}", "min_tokens")
+        return params
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> SamplingParams:
@@ -278,6 +147,16 @@ class SamplingParams(BaseModel):
             or self.frequency_penalty != 0
             or self.repetition_penalty != 1
         )
+
+
+def _given(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings given: None for an optional one means its default, as a JSON null does;
+    an unknown name is refused by name."""
+    given = {key: value for key, value in settings.items() if value is not None}
+    unknown = sorted(set(given) - set(SamplingParams.model_fields))
+    if unknown:
+        raise RequestError(f"unknown sampling parameter {unknown[0]!r}", unknown[0])
+    return given
 
 
 def _as_lists(value: Any) -> Any:

@@ -13,7 +13,8 @@ from common.worker_stats import WorkerStats
 # 2: logprobs, tool-call parts and stats are structs (lists of their fields, in order), not
 # positional lists and maps; finish reasons and reject codes are checked against their enums.
 # 4: Submit and Tokenize carry SamplingParams as a checked struct, rebuilt on arrival.
-PROTOCOL_VERSION = 4
+# 5: WorkerStats ends with `gateways` and `gateway_failures` (a worker may serve several).
+PROTOCOL_VERSION = 5
 
 
 @dataclass(frozen=True)

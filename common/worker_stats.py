@@ -66,6 +66,14 @@ class WorkerStats:
         "Tokens a worker drafted from sequences' own text and verified.", StatKind.COUNTER
     )
     accepted_draft_tokens: int = stat("Drafted tokens the model's samples kept.", StatKind.COUNTER)
+    gateways: int = stat(
+        "Gateways a worker is registered with and hears from (its server sets it).",
+        StatKind.GAUGE,
+    )
+    gateway_failures: int = stat(
+        "Gateways a worker lost to silence, dialed without an answer, or could not resolve.",
+        StatKind.COUNTER,
+    )
 
     def as_dict(self) -> dict[str, int | float]:
         """Every stat by name, in field order: a /stats worker entry's figures."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -143,7 +144,10 @@ class Gateway:
         stats = aggregate_stats(self.registry)
         stats["dropped_frames"] = dict(self.hub.drops.counts)
         stats["open_requests"] = self.hub.num_open
-        stats["gateway"] = {
+        stats["gateway"] = {  # which gateway answers: each lists the workers it sees
+            "incarnation": self.hub.incarnation,
+            "host": socket.gethostname(),
+            "worker_bind": self.config.worker_bind,
             "in_flight": self.admission.in_flight,
             "queued": self.admission.queued,
             "rejected_overload": self.admission.rejected,

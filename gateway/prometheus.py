@@ -73,7 +73,9 @@ class _Snapshot(Collector):
         for reason, count in sorted(self.dropped_frames.items()):
             dropped.add_metric([reason], count)
         yield dropped
-        yield GaugeMetricFamily("astrai_workers", "Live workers.", value=len(self.registry))
+        yield GaugeMetricFamily(
+            "astrai_workers", "Workers registered with this gateway.", value=len(self.registry)
+        )
         yield from self._workers()
 
     def _workers(self) -> Iterator[Metric]:

@@ -63,7 +63,7 @@ def worker_commands(
     for i in range(num_workers):
         device = f"cuda:{i}" if engine.device == "cuda" and num_workers > 1 else engine.device
         link = WorkerConfig(
-            gateway=gateway.worker_bind,
+            gateways=(gateway.worker_bind,),
             worker_id=f"worker-{i}",
             curve_server_key=gateway.curve_secret_key,  # its public half is in the same file
         )

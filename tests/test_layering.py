@@ -73,6 +73,20 @@ def test_a_worker_subpackage_imports_only_those_below_it(subpackage):
     assert {file: names for file, names in wrong.items() if names} == {}
 
 
+def test_the_worker_floor_and_top_files_stay_where_they_are():
+    """worker/errors.py is the floor under every subpackage (it imports none of them);
+    worker/cli.py and __main__.py are the top (no subpackage imports them)."""
+    assert worker_subpackages(ROOT / "worker" / "errors.py") == set()
+    top = {"worker.cli", "worker.__main__"}
+    importers = {
+        str(path.relative_to(ROOT))
+        for sub in WORKER_ALLOWED
+        for path in sorted((ROOT / "worker" / sub).rglob("*.py"))
+        if imported_modules(path) & top
+    }
+    assert importers == set()
+
+
 def module_graph(package: str) -> dict[str, set[str]]:
     """Each module of a package → the modules of it that it imports."""
     modules = {

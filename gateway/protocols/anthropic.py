@@ -38,26 +38,29 @@ class AnthropicResponseBuilder(ResponseBuilder):
         messages = anthropic_messages(request.messages, kept)
         if request.system is not None:
             messages.insert(0, {"role": "system", "content": request.system})
+        output_format = request.output_config.format if request.output_config else None
+        structured = anthropic_output_format(output_format)
+        tools = anthropic_tools(request)
+        # A template that can turn its reasoning off (Qwen3's) renders it off.
+        thinking_off = request.thinking is not None and request.thinking.type == "disabled"
+        last = messages[-1]
+        # A final assistant turn is a prefill the answer continues, as Anthropic does.
+        prefill = last["role"] == "assistant" and last["content"] and not last.get("tool_calls")
+        stops = request.stop_sequences
         # The API has no n. A max_tokens past what the context leaves is cut to it, the
         # answer then ending with max_tokens (Claude Code always asks for 32000 or more).
-        params: dict[str, Any] = {"max_tokens": request.max_tokens, "clamp_max_tokens": True}
-        output_format = request.output_config.format if request.output_config else None
-        optional = {
-            "temperature": request.temperature,
-            "top_p": request.top_p,
-            "top_k": request.top_k,
-            "stop": request.stop_sequences,
-            "structured_output": anthropic_output_format(output_format),
-        }
-        params.update((key, value) for key, value in optional.items() if value is not None)
-        params.update(anthropic_tools(request))
-        if request.thinking is not None and request.thinking.type == "disabled":
-            # A template that can turn its reasoning off (Qwen3's) renders it off.
-            params["chat_template_kwargs"] = {"enable_thinking": False}
-        last = messages[-1]
-        if last["role"] == "assistant" and last["content"] and not last.get("tool_calls"):
-            # A final assistant turn is a prefill the answer continues, as Anthropic does.
-            params["continue_final_message"] = True
+        params = checked_params(
+            tools,
+            max_tokens=request.max_tokens,
+            clamp_max_tokens=True,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            top_k=request.top_k,
+            stop=None if stops is None else tuple(stops),
+            structured_output=structured,
+            chat_template_kwargs={"enable_thinking": False} if thinking_off else None,
+            continue_final_message=True if prefill else None,
+        )
         response_fields: dict[str, Any] = {}
         if request.context_management is not None:
             edits = applied_edits(request.context_management, request.messages)
@@ -65,7 +68,7 @@ class AnthropicResponseBuilder(ResponseBuilder):
         return ChatRequest(
             model=request.model,
             messages=messages,
-            params=checked_params(params),
+            params=params,
             stream=bool(request.stream),
             metadata=request.metadata or {},
             response_fields=response_fields,

@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 from pydantic import BaseModel, BeforeValidator, Field, PlainValidator, model_validator
 
 from common.chat import PART_SEPARATOR, TextContent
-from common.sampling_params import MAX_STOP_CHARS, MAX_STOPS
+from common.sampling_fields import MAX_STOP_CHARS, MAX_STOPS
 from common.validation import (
     MAX_COUNT,
     boolean,

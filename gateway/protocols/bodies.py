@@ -7,7 +7,7 @@ are listed per model in `unsupported` and refused by name, so nothing documented
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
@@ -57,11 +57,29 @@ class RequestBody(BaseModel):
             raise GatewayError.invalid(message, param) from None
 
 
-def checked_params(params: dict[str, Any]) -> SamplingParams:
-    """The sampling keywords built into SamplingParams, by the rules the engine API and the
-    worker's side of the wire apply too: the one check where a body's settings enter."""
+class ToolSettings(NamedTuple):
+    """A request's tools in the worker's terms (gateway/protocols/tools.py); all None when
+    it gives none."""
+
+    tools: tuple[dict[str, Any], ...] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+
+
+NO_TOOLS = ToolSettings()
+
+
+def checked_params(tools: ToolSettings = NO_TOOLS, **settings: Any) -> SamplingParams:
+    """The request's SamplingParams from the values its body's model checked, typed as the
+    struct's fields (None: not given). Those checks were the settings' one check at this
+    edge; what is left is the rule across fields, a 400 naming the field."""
     try:
-        return SamplingParams(**params)
+        return SamplingParams.of_checked(
+            tools=tools.tools,
+            tool_choice=tools.tool_choice,
+            parallel_tool_calls=tools.parallel_tool_calls,
+            **settings,
+        )
     except RequestError as exc:
         raise GatewayError.invalid(str(exc), exc.param) from None
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, Field, PlainValidator, model_validator
 
 from common.chat import TextContent
-from common.sampling_params import MAX_TOP_LOGPROBS
+from common.sampling_fields import MAX_TOP_LOGPROBS, template_kwargs
 from common.validation import check_text, integer, invalid, json_object, show, text
 from gateway.protocols.bodies import MAX_TOOLS, Required, Unsupported, is_null
 from gateway.protocols.openai_fields import Bool, OpenAISampling, PositiveCount
@@ -103,7 +103,8 @@ class ChatBody(OpenAISampling):
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: Annotated[Any, PlainValidator(_tool_choice)] = None
     parallel_tool_calls: Bool | None = None
-    chat_template_kwargs: JsonObject | None = None  # vLLM's: the template's own variables
+    # vLLM's: the template's own variables, by the engine's rule (no reserved names).
+    chat_template_kwargs: Annotated[dict[str, Any], PlainValidator(template_kwargs)] | None = None
 
     @model_validator(mode="after")
     def _logprobs_asked(self) -> ChatBody:

@@ -12,7 +12,6 @@ from gateway.protocols.base import (
     ChoiceResult,
     StreamState,
 )
-from gateway.protocols.bodies import checked_params
 from gateway.protocols.completions_body import CompletionsBody
 from gateway.protocols.openai_common import (
     OpenAIStreamBuilder,
@@ -35,25 +34,29 @@ class CompletionsResponseBuilder(OpenAIStreamBuilder):
 
     def parse(self, body: Any) -> ChatRequest:
         completion = CompletionsBody.parse(body)
-        params = completion.sampling()
-        params["max_tokens"] = completion.max_tokens or DEFAULT_MAX_TOKENS
-        if completion.logprobs is not None:
-            params.update(logprobs=True, top_logprobs=completion.logprobs)
-            if completion.echo:  # the echoed prompt's tokens come with their logprobs too
-                asked = params.get("prompt_logprobs", 0)
-                params["prompt_logprobs"] = max(asked, completion.logprobs)
-        best_of = completion.best_of
-        if best_of is not None and best_of != params["n"]:
-            message = f"best_of must equal n ({params['n']}) if given, got {best_of}"
+        completion.check_prompt_logprobs()
+        logprobs, prompt_logprobs = completion.logprobs, completion.prompt_logprobs
+        if logprobs is not None and completion.echo:
+            # The echoed prompt's tokens come with their logprobs too.
+            prompt_logprobs = max(prompt_logprobs or 0, logprobs)
+        n, best_of = completion.n or 1, completion.best_of
+        if best_of is not None and best_of != n:
+            message = f"best_of must equal n ({n}) if given, got {best_of}"
             raise GatewayError.invalid(message, "best_of")
         prompts = completion.prompt
-        if len(prompts) * params["n"] > MAX_CHOICES:
-            message = f"prompts × n may be at most {MAX_CHOICES}, got {len(prompts) * params['n']}"
+        if len(prompts) * n > MAX_CHOICES:
+            message = f"prompts × n may be at most {MAX_CHOICES}, got {len(prompts) * n}"
             raise GatewayError.invalid(message, "prompt")
+        params = completion.sampling_params(
+            max_tokens=completion.max_tokens or DEFAULT_MAX_TOKENS,
+            prompt_logprobs=prompt_logprobs,
+            logprobs=True if logprobs is not None else None,
+            top_logprobs=logprobs,
+        )
         return ChatRequest(
             model=completion.model,
             messages=[],
-            params=checked_params(params),
+            params=params,
             stream=bool(completion.stream),
             include_usage=completion.include_usage,
             prompts=prompts,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.sampling_params import SamplingParams
 from common.token_output import TokenLogprob, ToolCallDelta
 from gateway.protocols.base import (
     ChatRequest,
@@ -11,7 +12,6 @@ from gateway.protocols.base import (
     ChoiceResult,
     StreamState,
 )
-from gateway.protocols.bodies import checked_params
 from gateway.protocols.chat_body import ChatBody
 from gateway.protocols.openai_common import (
     OpenAIStreamBuilder,
@@ -35,7 +35,7 @@ class OpenAIResponseBuilder(OpenAIStreamBuilder):
         return ChatRequest(
             model=chat.model,
             messages=openai_messages(chat.messages),
-            params=checked_params(_params(chat)),
+            params=_params(chat),
             stream=bool(chat.stream),
             include_usage=chat.include_usage,
         )
@@ -96,21 +96,21 @@ class OpenAIResponseBuilder(OpenAIStreamBuilder):
         return [self.chunk(state, [_delta(choice.index, {}, None, finish_reason(choice))])]
 
 
-def _params(body: ChatBody) -> dict[str, Any]:
-    """The worker's sampling keywords: the shared ones, then the chat route's own."""
-    params = body.sampling()
-    # max_completion_tokens replaced max_tokens; both are checked, the newer one wins.
-    max_tokens = body.max_completion_tokens or body.max_tokens
-    optional = {
-        "max_tokens": max_tokens,
-        "logprobs": body.logprobs,
-        "top_logprobs": body.top_logprobs,
-        "structured_output": openai_response_format(body.response_format),
-        "chat_template_kwargs": body.chat_template_kwargs,
-    }
-    params.update((key, value) for key, value in optional.items() if value is not None)
-    params.update(openai_tools(body))
-    return params
+def _params(body: ChatBody) -> SamplingParams:
+    """The shared settings, then the chat route's own."""
+    body.check_prompt_logprobs()
+    structured = openai_response_format(body.response_format)
+    tools = openai_tools(body)
+    return body.sampling_params(
+        # max_completion_tokens replaced max_tokens; both are checked, the newer one wins.
+        max_tokens=body.max_completion_tokens or body.max_tokens,
+        prompt_logprobs=body.prompt_logprobs,
+        logprobs=body.logprobs,
+        top_logprobs=body.top_logprobs,
+        structured_output=structured,
+        chat_template_kwargs=body.chat_template_kwargs,
+        tools=tools,
+    )
 
 
 def _message(choice: ChoiceResult) -> dict[str, Any]:

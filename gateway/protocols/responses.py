@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.sampling_params import SamplingParams
 from common.token_output import TokenLogprob, ToolCallDelta
 from gateway.errors import GatewayError, openai_error
 from gateway.protocols.base import (
@@ -14,7 +15,7 @@ from gateway.protocols.base import (
     StreamState,
     sse_event,
 )
-from gateway.protocols.bodies import checked_params
+from gateway.protocols.bodies import ToolSettings, checked_params
 from gateway.protocols.responses_body import AllowedTools, ResponsesBody
 from gateway.protocols.responses_input import (
     input_item_objects,
@@ -56,7 +57,7 @@ class ResponsesResponseBuilder(ResponseBuilder):
         return ResponsesRequest(
             model=request.model,
             messages=messages,
-            params=checked_params(_params(request, tools)),
+            params=_params(request, tools),
             stream=bool(request.stream),
             settings=_settings(request, tools),
             history=history,
@@ -140,30 +141,28 @@ class ResponsesResponseBuilder(ResponseBuilder):
         return openai_error(error)
 
 
-def _params(body: ResponsesBody, tools: dict[str, Any]) -> dict[str, Any]:
-    """The worker's sampling keywords; the API has one output per request."""
+def _params(body: ResponsesBody, tools: ToolSettings) -> SamplingParams:
+    """The request's settings; the API has one output per request."""
     text_format = body.text.format if body.text is not None else None
     structured = None
     if text_format is not None:
         structured = openai_response_format(text_format.response_format(), "text.format")
     # Logprobs come back only when `include` asks for them; top_logprobs says how many more.
     logprobs = LOGPROBS in (body.include or [])
-    optional = {
-        "max_tokens": body.max_output_tokens,
-        "temperature": body.temperature,
-        "top_p": body.top_p,
-        "logprobs": True if logprobs else None,
-        "top_logprobs": body.top_logprobs if logprobs else None,
-        "structured_output": structured,
-        "drop_oldest_turns": True if body.truncation == "auto" else None,
-    }
-    params: dict[str, Any] = {"n": 1}
-    params.update((key, value) for key, value in optional.items() if value is not None)
-    params.update(tools)
-    return params
+    return checked_params(
+        tools,
+        n=1,
+        max_tokens=body.max_output_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        logprobs=True if logprobs else None,
+        top_logprobs=body.top_logprobs if logprobs else None,
+        structured_output=structured,
+        drop_oldest_turns=True if body.truncation == "auto" else None,
+    )
 
 
-def _settings(body: ResponsesBody, tools: dict[str, Any]) -> dict[str, Any]:
+def _settings(body: ResponsesBody, tools: ToolSettings) -> dict[str, Any]:
     """The request's settings as the response object echoes them, OpenAI's defaults filled."""
     served = [
         tool.model_dump(exclude_none=True) for tool in body.tools or [] if tool.type == "function"
@@ -174,8 +173,10 @@ def _settings(body: ResponsesBody, tools: dict[str, Any]) -> dict[str, Any]:
         "instructions": body.instructions,
         "max_output_tokens": body.max_output_tokens,
         "max_tool_calls": None,
-        "parallel_tool_calls": tools.get(
-            "parallel_tool_calls", body.parallel_tool_calls is not False
+        "parallel_tool_calls": (
+            tools.parallel_tool_calls
+            if tools.parallel_tool_calls is not None
+            else body.parallel_tool_calls is not False
         ),
         "previous_response_id": body.previous_response_id,
         "reasoning": {

@@ -10,7 +10,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, Field, PlainValidator, ValidationError, model_validator
 
 from common.chat import PART_SEPARATOR
-from common.sampling_params import MAX_TOP_LOGPROBS
+from common.sampling_fields import MAX_TOP_LOGPROBS
 from common.validation import (
     check_text,
     describe,

@@ -18,10 +18,11 @@ from common.validation import show
 from gateway.errors import GatewayError
 from gateway.protocols import anthropic_body, chat_body, responses_body
 from gateway.protocols.anthropic_context import THINKING_BLOCKS, num_thinking_turns
+from gateway.protocols.bodies import NO_TOOLS, ToolSettings
 
 
-def openai_tools(body: chat_body.ChatBody) -> dict[str, Any]:
-    """`tools`, `tool_choice`, `parallel_tool_calls` as the worker's sampling keywords."""
+def openai_tools(body: chat_body.ChatBody) -> ToolSettings:
+    """`tools`, `tool_choice`, `parallel_tool_calls` in the worker's terms."""
     tools = [
         _tool(
             at=f"tools.{i}.function",
@@ -37,7 +38,7 @@ def openai_tools(body: chat_body.ChatBody) -> dict[str, Any]:
     return _settings(tools, body.tool_choice, True if parallel is None else parallel)
 
 
-def anthropic_tools(body: anthropic_body.MessagesBody) -> dict[str, Any]:
+def anthropic_tools(body: anthropic_body.MessagesBody) -> ToolSettings:
     """`tools` and `tool_choice` ({type: auto|any|tool|none, name, disable_parallel_tool_use}).
 
     A tool with `defer_loading` is not loaded into the model's context until a
@@ -67,7 +68,7 @@ def anthropic_tools(body: anthropic_body.MessagesBody) -> dict[str, Any]:
     return _settings(tools, choice, parallel)
 
 
-def responses_tools(body: responses_body.ResponsesBody) -> tuple[dict[str, Any], list[str]]:
+def responses_tools(body: responses_body.ResponsesBody) -> tuple[ToolSettings, list[str]]:
     """(the worker's tool settings, the hosted tool types ignored). Function tools are
     served as chat's; hosted ones (web_search, file_search, namespace, mcp, …) cannot run
     here, and are left out rather than refused, so that clients which always send them work."""
@@ -206,7 +207,7 @@ def _tool_result(block: anthropic_body.Block) -> dict[str, Any]:
     return {"role": "tool", "content": text, "tool_call_id": block.tool_use_id}
 
 
-def _settings(tools: list[dict[str, Any]], choice: Any, parallel: bool) -> dict[str, Any]:
+def _settings(tools: list[dict[str, Any]], choice: Any, parallel: bool) -> ToolSettings:
     names = [tool["name"] for tool in tools]
     for i, name in enumerate(names):
         if names.index(name) != i:
@@ -216,7 +217,7 @@ def _settings(tools: list[dict[str, Any]], choice: Any, parallel: bool) -> dict[
             raise GatewayError.invalid(
                 "tool_choice asks for a tool call, but no tools are given", "tool_choice"
             )
-        return {}
+        return NO_TOOLS
     choice = choice or "auto"
     if isinstance(choice, dict) and choice.get("name") not in names:
         message = f"tool_choice names no given tool: {show(choice.get('name'))}"
@@ -226,7 +227,7 @@ def _settings(tools: list[dict[str, Any]], choice: Any, parallel: bool) -> dict[
             tool_call_grammar(tools, choice, parallel)
         except StructuredOutputError as exc:
             raise GatewayError.invalid(f"tools: {exc}", "tools") from None
-    return {"tools": tools, "tool_choice": choice, "parallel_tool_calls": parallel}
+    return ToolSettings(tuple(tools), choice, parallel)
 
 
 def _tool(

@@ -132,3 +132,17 @@ def test_help_names_a_value_after_its_flag_and_lists_choices():
     usage = parser.format_usage()
     assert "--threads THREADS" in usage and "--ratio R" in usage
     assert "--mode {a,b}" in usage and "--tag TAG" in usage
+
+
+@dataclass(frozen=True)
+class Dials:
+    gateways: tuple[str, ...] = field(default=("g0",), metadata=option("dial", flag="--gateway"))
+
+
+def test_a_repeated_flag_given_replaces_its_default_and_absent_keeps_it():
+    assert build(Dials, parse(Dials, [])).gateways == ("g0",)
+    assert build(Dials, parse(Dials, ["--gateway", "g1"])).gateways == ("g1",)
+    both = parse(Dials, ["--gateway", "g1", "--gateway", "g2"])
+    assert build(Dials, both).gateways == ("g1", "g2")
+    assert build(Dials, parse(Dials, to_argv(Dials(("g3", "g4"))))) == Dials(("g3", "g4"))
+    assert build(Dials, parse(Dials, [])).gateways == ("g0",)  # the default was not changed

@@ -28,6 +28,8 @@ STATS_KEYS = (
     "dropped_frames",
     "draft_tokens",
     "accepted_draft_tokens",
+    "gateways",
+    "gateway_failures",
 )
 
 
@@ -47,6 +49,7 @@ def test_what_metrics_exports_and_what_stats_totals():
         "prefix_cache_hit_tokens",
         "draft_tokens",
         "accepted_draft_tokens",
+        "gateway_failures",
     ]
     assert [name for name, _ in stats_of_kind(StatKind.GAUGE)] == [
         "active_tasks",
@@ -55,6 +58,7 @@ def test_what_metrics_exports_and_what_stats_totals():
         "kv_pages_in_use",
         "kv_pages_cached",
         "kv_pages_free",
+        "gateways",
     ]
     assert SUMMED_STATS == ("total_tasks", "total_tokens", "active_tasks", "waiting_queue")
     assert all(help_text for _, help_text in stats_of_kind(StatKind.COUNTER))

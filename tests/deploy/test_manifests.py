@@ -30,15 +30,42 @@ def test_every_k8s_document_passes_the_strict_schema(path: Path):
         kubernetes_validate.validate(doc, "1.37.0", strict=True)
 
 
-def test_workers_dial_the_gateway_service_and_ask_for_a_gpu():
-    service = by_kind("Service")["astrai-gateway"]
-    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+def test_workers_dial_every_gateway_through_a_headless_service_and_ask_for_a_gpu():
+    from common.cli_options import build
+    from worker import cli as worker_cli
+    from worker.server.gateway_addresses import needs_lookup
+    from worker.server.worker_config import WorkerConfig
+
+    headless = by_kind("Service")["astrai-gateway-workers"]["spec"]
+    # One DNS record per gateway pod, ready or not (a gateway is ready once workers came).
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+    gateway = by_kind("Deployment")["astrai-gateway"]["spec"]
+    assert headless["selector"] == gateway["selector"]["matchLabels"]
+    [port] = headless["ports"]
+    gateway_ports = {
+        p["name"]: p["containerPort"] for p in gateway["template"]["spec"]["containers"][0]["ports"]
+    }
+    assert port["targetPort"] == "workers" and gateway_ports["workers"] == 5557
     worker = by_kind("Deployment")["astrai-worker"]["spec"]["template"]["spec"]["containers"][0]
     command = worker["command"]
-    assert command[command.index("--gateway") + 1] == f"tcp://astrai-gateway:{ports['workers']}"
+    assert command[:2] == ["astrai", "worker"]
+    link = build(WorkerConfig, worker_cli.build_parser().parse_args(command[2:]), worker_id="w")
+    assert link.gateways == (f"tcp://astrai-gateway-workers:{port['port']}",)
+    assert needs_lookup(link.gateways[0])  # looked up again and again: every pod, as they come
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert worker["readinessProbe"]["httpGet"]["path"] == "/ready"
     assert worker["livenessProbe"]["httpGet"]["path"] == "/live"
+
+
+def test_two_gateway_replicas_serve_http_behind_one_service():
+    gateway = by_kind("Deployment")["astrai-gateway"]["spec"]
+    assert gateway["replicas"] == 2
+    service = by_kind("Service")["astrai-gateway"]["spec"]
+    assert service["selector"] == gateway["selector"]["matchLabels"]
+    assert service.get("clusterIP") != "None"  # one address, load-balanced over the replicas
+    assert [p["name"] for p in service["ports"]] == ["http"]
+    command = gateway["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--worker-bind") + 1] == "tcp://0.0.0.0:5557"
 
 
 def test_gateway_probes_and_grace_cover_the_drain():
@@ -96,6 +123,8 @@ def test_the_worker_autoscaler_scales_the_workers_on_a_metric_the_gateway_export
     )
     [rule] = rules["externalRules"]
     assert rule["name"]["as"] == name and name in rule["metricsQuery"]
+    # Every gateway replica reports every worker: each worker counts once.
+    assert "max by (namespace, worker_id)" in rule["metricsQuery"]
     # Prometheus finds the gateway's /metrics, where the figure is.
     annotations = by_kind("Deployment")["astrai-gateway"]["spec"]["template"]["metadata"][
         "annotations"

@@ -1,5 +1,6 @@
-"""Exact KV routing with real processes: two workers publish their KV events, the gateway sends
-each prompt's second request where its pages are, and a plain SUB socket reads the events."""
+"""Exact KV routing with real processes: two workers publish their KV events, two gateways
+follow them, and a prompt's next requests go where its pages are through either gateway; a
+plain SUB socket reads the same events."""
 
 from __future__ import annotations
 
@@ -43,27 +44,29 @@ def chat(url: str, subject: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Server]:
-    gateway = Server("gateway", "--routing", "exact")
+def gateways() -> Iterator[list[Server]]:
+    """Two gateways routing `exact`; two workers on the default model dialing both."""
+    both = [Server("gateway", "--routing", "exact") for _ in range(2)]
+    first, second = (gateway.worker_bind for gateway in both)
     workers = [
-        WorkerProcess(gateway.worker_bind, "--kv-cache-mb", "64", worker_id=f"w{i}")
+        WorkerProcess(first, "--gateway", second, "--kv-cache-mb", "64", worker_id=f"w{i}")
         for i in range(2)
     ]
     try:
-        yield gateway.wait_ready(workers=2)
+        yield [gateway.wait_ready(workers=2) for gateway in both]
     finally:
-        for worker in workers:
-            worker.stop()
-        gateway.stop()
-        assert not gateway.group_alive()
+        for server in [*workers, *both]:
+            server.stop()
+        assert not any(gateway.group_alive() for gateway in both)
 
 
 def kv_views(gateway: Server) -> dict:
     return gateway.stats()["gateway"]["kv_events"]
 
 
-def test_a_prompts_second_request_lands_where_its_pages_are(cluster: Server) -> None:
-    assert wait_until(lambda: len(kv_views(cluster)) == 2, 10)
+def test_a_prompts_next_requests_land_where_its_pages_are(gateways: list[Server]) -> None:
+    cluster, other = gateways
+    assert all(wait_until(lambda g=g: len(kv_views(g)) == 2, 10) for g in gateways)
     # Together, the first requests spread over both workers (in-flight counts differ).
     with ThreadPoolExecutor(len(SUBJECTS)) as pool:
         list(pool.map(lambda subject: chat(cluster.url, subject), SUBJECTS))
@@ -73,18 +76,25 @@ def test_a_prompts_second_request_lands_where_its_pages_are(cluster: Server) -> 
 
     assert wait_until(lambda: sum(served()) == len(SUBJECTS), 10), served()
     assert all(n > 0 for n in served()), served()
+    # The other gateway sent none of them, and knows from the events where each one is.
     for subject in SUBJECTS:
-        usage = chat(cluster.url, subject)["usage"]
-        full_pages = (usage["prompt_tokens"] - 1) // PAGE_SIZE * PAGE_SIZE
-        assert usage["prompt_tokens_details"]["cached_tokens"] >= full_pages, (subject, usage)
-    views = kv_views(cluster)
-    assert all(view["in_step"] and view["pages"] > 0 for view in views.values()), views
-    dropped = cluster.stats()["dropped_frames"]
+        for gateway in (other, cluster):
+            usage = chat(gateway.url, subject)["usage"]
+            full_pages = (usage["prompt_tokens"] - 1) // PAGE_SIZE * PAGE_SIZE
+            cached = usage["prompt_tokens_details"]["cached_tokens"]
+            assert cached >= full_pages, (gateway.url, subject, usage)
     bad = ("kv_framing", "kv_malformed", "kv_foreign", "kv_inconsistent", "kv_replay_timeout")
-    assert not any(dropped.get(reason) for reason in bad), dropped
+    for gateway in gateways:
+        views = kv_views(gateway)
+        assert all(view["in_step"] and view["pages"] > 0 for view in views.values()), views
+        dropped = gateway.stats()["dropped_frames"]
+        assert not any(dropped.get(reason) for reason in bad), dropped
 
 
-def test_an_outside_subscriber_reads_well_formed_block_stored_events(cluster: Server) -> None:
+def test_an_outside_subscriber_reads_well_formed_block_stored_events(
+    gateways: list[Server],
+) -> None:
+    cluster = gateways[0]
     workers = {w["worker_id"]: w for w in cluster.stats()["workers"]}
     context = zmq.Context()
     sub = context.socket(zmq.SUB)

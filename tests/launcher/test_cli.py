@@ -63,6 +63,8 @@ def test_api_key_defaults_to_the_environment(monkeypatch):
         (["gateway", "--port", "0"], "port must be in 1..65535, got 0"),
         (["worker", "--max-seqs", "0"], "max_seqs must be >= 1, got 0"),
         (["worker", "--gateway", "localhost:5557"], "gateway must be a ZeroMQ address"),
+        (["worker", "--gateway", "tcp://gateways"], "gateway must be a ZeroMQ address"),
+        (["worker", "--gateway", "tcp://a:1", "--gateway", "b"], "got 'b'"),
     ],
 )
 def test_a_refused_value_is_a_usage_error_before_anything_starts(argv, message, capsys):
@@ -110,7 +112,7 @@ def test_flags_and_defaults_kept_from_before():
     assert (serve["compile"], serve["console"], serve["cors_origins"]) == (False, True, [])
     assert "num_threads" not in serve and "health_port" not in serve
     worker = vars(parser.parse_args(["worker"]))
-    assert (worker["gateway"], worker["worker_id"]) == ("tcp://127.0.0.1:5557", None)
+    assert (worker["gateways"], worker["worker_id"]) == (["tcp://127.0.0.1:5557"], None)
     assert (worker["num_threads"], worker["health_port"]) == (None, None)
     assert (worker["curve_server_key"], worker["curve_secret_key"]) == (None, None)
     gateway = vars(parser.parse_args(["gateway"]))

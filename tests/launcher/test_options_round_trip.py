@@ -22,7 +22,7 @@ from worker.server.worker_config import WorkerConfig
 # Fields whose values must look like something (addresses, origins) rather than any text.
 SHAPED = {
     "worker_bind": "tcp://10.0.0.1:6000",
-    "gateway": "tcp://10.0.0.2:6000",
+    "gateways": ("tcp://10.0.0.2:6000", "tcp://gateways.example:6001"),
     "kv_events_bind": "tcp://10.0.0.2:7000",
     "cors_origins": ("https://app.example", "*"),
 }
@@ -103,7 +103,7 @@ def test_serve_hands_every_engine_and_model_option_to_each_worker():
         assert got == dataclasses.replace(engine, num_threads=got.num_threads)
         assert build(WorkerProcessOptions, worker_args) == process  # health_port: None
         link = build(WorkerConfig, worker_args)
-        assert (link.gateway, link.worker_id) == (plan.gateway.worker_bind, f"worker-{i}")
+        assert (link.gateways, link.worker_id) == ((plan.gateway.worker_bind,), f"worker-{i}")
         assert link.curve_server_key == plan.gateway.curve_secret_key is not None
 
 

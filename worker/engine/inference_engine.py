@@ -68,7 +68,8 @@ class InferenceEngine(GenerationAPI):
 
         Every parallel torch operation of the engine happens here. With libgomp, a second
         thread that runs OpenMP regions while another thread's team exists gets throttled
-        spinning, and the engine's many small ops slow down about 1.5x (docs/BENCHMARKS.md);
+        spinning, and the engine's many small ops slow down (docs/BENCHMARKS.md, Figures
+        behind the code);
         keeping loading and stepping on one thread avoids a second team.
         """
         try:

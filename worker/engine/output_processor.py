@@ -29,7 +29,7 @@ class OutputProcessor:
         seq.token_ids.append(token_id)
         if seq.first_token_time is None:
             seq.first_token_time = time.monotonic()
-        params = seq.params
+        params, output = seq.params, seq.output
         text = ""
         finish: FinishReason | None = None
         stop: str | int | None = None
@@ -37,7 +37,7 @@ class OutputProcessor:
         if self._is_stop_token(seq, token_id):
             finish, stop = FinishReason.STOP, token_id
         else:
-            result = seq.stop_matcher.feed(seq.detokenizer.step(token_id))
+            result = output.stop_matcher.feed(output.detokenizer.step(token_id))
             text = result.text
             if result.matched is not None:
                 finish, stop = FinishReason.STOP, result.matched
@@ -51,19 +51,20 @@ class OutputProcessor:
             finish = FinishReason.LENGTH
         if finish is not None and not isinstance(stop, str):
             # Ended by a token or by length: what was held back is real output.
-            text += seq.stop_matcher.feed(seq.detokenizer.flush()).text + seq.stop_matcher.flush()
+            text += output.stop_matcher.feed(output.detokenizer.flush()).text
+            text += output.stop_matcher.flush()
         reasoning = ""
-        if seq.reasoning_parser is not None:  # its answer part goes on to the tool parser
-            reasoning, text = seq.reasoning_parser.feed(text)
+        if output.reasoning_parser is not None:  # its answer part goes on to the tool parser
+            reasoning, text = output.reasoning_parser.feed(text)
             if finish is not None:
-                held_reasoning, held_text = seq.reasoning_parser.flush()
+                held_reasoning, held_text = output.reasoning_parser.flush()
                 reasoning, text = reasoning + held_reasoning, text + held_text
         tool_calls: list[ToolCallDelta] = []
-        if seq.tool_parser is not None:
-            text, tool_calls = seq.tool_parser.feed(text)
+        if output.tool_parser is not None:
+            text, tool_calls = output.tool_parser.feed(text)
             if finish is not None:
-                text += seq.tool_parser.flush()
-                if finish == FinishReason.STOP and seq.tool_parser.num_calls:
+                text += output.tool_parser.flush()
+                if finish == FinishReason.STOP and output.tool_parser.num_calls:
                     finish = FinishReason.TOOL_CALLS
         logprobs: tuple[TokenLogprob, ...] = ()
         if params.logprobs and logprob is not None:

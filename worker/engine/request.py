@@ -14,7 +14,7 @@ import torch
 
 from common.chat import normalize_messages
 from common.sampling_params import SamplingParams
-from worker.engine.sequence import EventSink, Sequence
+from worker.engine.sequence import EventSink, OutputReaders, Sequence
 from worker.errors import ContextLengthExceeded, RequestError
 from worker.sampling.grammar import GrammarCompiler
 from worker.text.reasoning_format import closing_suffix, reasoning_parser, template_kwargs
@@ -208,12 +208,14 @@ class RequestFactory:
                 sink=sink,
                 # Seeded by the index within its prompt: a prompt samples alike in any batch.
                 generator=_generator(params, index),
-                detokenizer=self.tokenizer.detokenizer(prompt_ids, params.skip_special_tokens),
-                stop_matcher=StopStringMatcher(params.stop),
+                output=OutputReaders(
+                    self.tokenizer.detokenizer(prompt_ids, params.skip_special_tokens),
+                    StopStringMatcher(params.stop),
+                    reasoning_parser(tags, params, tail),
+                    ToolCallParser() if params.calls_tools else None,
+                ),
                 max_total_tokens=max_total,
                 grammar=matchers[index],
-                tool_parser=ToolCallParser() if params.calls_tools else None,
-                reasoning_parser=reasoning_parser(tags, params, tail),
             )
             for index, seq_id in enumerate(seq_ids)
         ]

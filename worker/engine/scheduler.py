@@ -61,7 +61,9 @@ class Scheduler:
         which must not be handed a prompt chunk this step. A step feeds prompt chunks when
         there are any, decoding rows riding along (mixed steps); otherwise it decodes, with
         drafts. Without mixed steps, prompt and decode forwards alternate while both wait.
+        The plan's `kv` lists the pages each sequence was given on the way.
         """
+        self.cache.begin_step()
         aborted = self._take(delivery)
         self._refill()
         decoding, preempted = self._decoders_with_room()
@@ -95,6 +97,7 @@ class Scheduler:
             samples=tuple(decoding),
             preempted=preempted,
             aborted=aborted,
+            kv=self.cache.step_plan(),
         )
 
     def _take(self, delivery: Delivery) -> tuple[Sequence, ...]:
@@ -168,7 +171,6 @@ class Scheduler:
     def _plan_prefill(self) -> tuple[list[Sequence], list[Chunk]]:
         """Uncomputed prompt tokens of several sequences, under the budget, and whose."""
         budget = self.config.prefill_token_budget
-        self.cache.begin_step()
         chunks: list[Chunk] = []
         seqs: list[Sequence] = []
         for seq in self.running:

@@ -53,6 +53,18 @@ EventSink = Callable[[TokenEvent], None]
 
 
 @dataclass(eq=False)
+class OutputReaders:
+    """What turns one choice's sampled tokens into the text it streams: detokenized, held
+    back and cut at stop strings, then split into reasoning, answer and tool calls where
+    the model reasons or may call tools (OutputProcessor.append_token, in that order)."""
+
+    detokenizer: IncrementalDetokenizer
+    stop_matcher: StopStringMatcher
+    reasoning_parser: ReasoningParser | None = None  # when the output may hold reasoning
+    tool_parser: ToolCallParser | None = None  # when the output may hold tool calls
+
+
+@dataclass(eq=False)
 class Sequence:
     """Invariant: tokens [0, num_computed) of `token_ids` have k/v in the cache.
 
@@ -72,8 +84,7 @@ class Sequence:
     params: SamplingParams
     sink: EventSink
     generator: torch.Generator | None
-    detokenizer: IncrementalDetokenizer
-    stop_matcher: StopStringMatcher
+    output: OutputReaders
     max_total_tokens: int  # prompt + output may not exceed this (max_tokens or context)
     num_computed: int = 0
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache at first admission
@@ -82,8 +93,6 @@ class Sequence:
     arrival_time: float = field(default_factory=time.monotonic)
     first_token_time: float | None = None
     grammar: llguidance.LLMatcher | None = None  # when the output is constrained
-    tool_parser: ToolCallParser | None = None  # when the output may hold tool calls
-    reasoning_parser: ReasoningParser | None = None  # when the output may hold reasoning
     speculation: DraftState | None = None  # its drafter, from its first decode step
     # The prompt's own logprobs so far, position by position (the first's logprob None),
     # when params.prompt_logprobs asks for them.

@@ -8,7 +8,7 @@ import torch
 
 from worker.engine.runner import Chunk
 from worker.engine.sequence import Sequence
-from worker.kv.base import NO_SHARING, KVStepPlan
+from worker.kv.base import EMPTY_KV_PLAN, KVStepPlan
 from worker.sampling.sampler import SampleOutput
 
 
@@ -20,9 +20,9 @@ class StepPlan:
     scheduler mixes steps) or decode rows (each decoding sequence's last token, then its
     drafted guesses as rows of their own). `chunks` is the forward in row order: prompt
     chunks, then decode rows. The KV cache already holds room for every row fed: pages for
-    the chunks were planned (KVCache.shared_ready / plan) and decode rows grown; `kv` says
-    what the forward shares there: the pages others read as it computes them, and the rows
-    read in place and copied at commit.
+    the chunks were planned (KVCache.shared_ready / plan) and decode rows grown; `kv` lists
+    the pages each sequence was given for that, and what the forward shares there: the
+    pages others read as it computes them, and the rows read in place and copied at commit.
     """
 
     prompts: tuple[Sequence, ...] = ()  # the sequences of prompt_chunks, in order
@@ -33,7 +33,7 @@ class StepPlan:
     samples: tuple[Sequence, ...] = ()  # who samples a token: prompts ending here, decodes
     preempted: tuple[Sequence, ...] = ()  # requeued this step for an older sequence's pages
     aborted: tuple[Sequence, ...] = ()  # ended by an abort since the last step
-    kv: KVStepPlan = NO_SHARING
+    kv: KVStepPlan = EMPTY_KV_PLAN
 
     @property
     def is_decode_only(self) -> bool:

@@ -55,3 +55,10 @@ def _kquant_linear(
     x: torch.Tensor, weight: torch.Tensor, type: int, out_features: int
 ) -> torch.Tensor:
     return x.new_empty((x.shape[0], out_features), dtype=torch.float32)
+
+
+@torch.library.register_fake("astrai::kquant_gemv")
+def _kquant_gemv(
+    x: torch.Tensor, weight: torch.Tensor, type: int, out_features: int
+) -> torch.Tensor:
+    return x.new_empty((x.shape[0], out_features), dtype=torch.float32)

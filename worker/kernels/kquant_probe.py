@@ -1,4 +1,5 @@
-"""From how many rows the panel kernels beat ggml's own on K-quant weights, measured here.
+"""From how many rows the panel kernels beat the few-row kernels on K-quant weights, measured
+here (our gemv where the CPU has AVX-512 VNNI, else ggml's own).
 
 ggml's kernels for Q4_K and Q6_K quantize the activations to 8 bits and multiply integers;
 ours (csrc/kquant_matmul.cpp) unpack each block once per panel and multiply float32 (bf16
@@ -10,6 +11,7 @@ AMX the panels win from a few rows on, without it ggml's VNNI gemm holds its own
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -31,11 +33,22 @@ def kquant_kernels_available() -> bool:
     return bool(torch.ops.astrai.kquant_linear_available())
 
 
+def gemv_available() -> bool:
+    """Whether K-quant rows below the panels' take our gemv (csrc/kquant_gemv.h) rather than
+    ggml's kernels: built for this CPU (AVX-512 VNNI) and not turned off by
+    ASTRAI_KQUANT_GEMV=0."""
+    if os.environ.get("ASTRAI_KQUANT_GEMV", "1") == "0" or not kquant_kernels_available():
+        return False
+    return bool(torch.ops.astrai.kquant_gemv_available())
+
+
 @torch.inference_mode()
 def measure_kquant_rows(measured: dict[str, float]) -> dict[str, int]:
-    """Per K-quant type, the fewest rows at which the panel kernel took < 0.95x ggml's time
-    (0: at none of the candidates); every timing goes into `measured` (ms per matmul)."""
+    """Per K-quant type, the fewest rows at which the panel kernel took < 0.95x the time of
+    the kernel fewer rows take (our gemv where there is one, else ggml's); 0: at none of the
+    candidates. Every timing goes into `measured` (ms per matmul)."""
     ggml, ours = torch.ops.astrai_ggml, torch.ops.astrai
+    gemv = gemv_available()
     generator = torch.Generator().manual_seed(0)
     out, width = _SHAPE
     rows_by_type: dict[str, int] = {}
@@ -51,16 +64,19 @@ def measure_kquant_rows(measured: dict[str, float]) -> dict[str, int]:
         rows_by_type[name] = 0
         for rows in CANDIDATE_ROWS:
             x = torch.randn(rows, width, generator=generator)
-            theirs = [
-                functools.partial(ggml.linear, x, [w], [kind], [out], [woven], None)
-                for w in weights
-            ]
+            if gemv:
+                fewer = [functools.partial(ours.kquant_gemv, x, w, kind, out) for w in weights]
+            else:
+                fewer = [
+                    functools.partial(ggml.linear, x, [w], [kind], [out], [woven], None)
+                    for w in weights
+                ]
             panel = [functools.partial(ours.kquant_linear, x, w, kind, out) for w in weights]
-            ggml_ms = best_ms(functools.partial(run_each, theirs), repeats=3) / _WEIGHTS
+            fewer_ms = best_ms(functools.partial(run_each, fewer), repeats=3) / _WEIGHTS
             panel_ms = best_ms(functools.partial(run_each, panel), repeats=3) / _WEIGHTS
-            measured[f"{name} ggml {rows} rows"] = ggml_ms
+            measured[f"{name} {'gemv' if gemv else 'ggml'} {rows} rows"] = fewer_ms
             measured[f"{name} panel {rows} rows"] = panel_ms
-            if panel_ms < 0.95 * ggml_ms:
+            if panel_ms < 0.95 * fewer_ms:
                 rows_by_type[name] = rows
                 break
     return rows_by_type

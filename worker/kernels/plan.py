@@ -2,8 +2,9 @@
 
 Instruction-set flags decide what can run (worker/machine/cpu_info.py,
 worker/kernels/build.py); they do not decide what runs fastest: the same float32 matmul layout
-was 1.4x faster on an AVX-512 Xeon and 2.5x slower on an AVX2 EPYC. So a short probe
-(worker/model/kernel_probe.py, well under a second) times the candidates on shapes of the
+was the faster one on an AVX-512 Xeon and the slower one on an AVX2 EPYC (docs/BENCHMARKS.md,
+Figures behind the code). So a short probe (worker/model/kernel_probe.py) times the candidates
+on shapes of the
 default model, and the choice is cached per CPU signature and torch version under
 `<cache>/kernels/`.
 """
@@ -31,7 +32,7 @@ from worker.machine.paths import cache_root
 
 log = logging.getLogger(__name__)
 
-PLAN_VERSION = 3  # 3: the K-quant panel kernels against ggml's
+PLAN_VERSION = 4  # 4: the K-quant panel kernels against our gemv
 FLOAT32_LAYOUTS = ("mm", "linear", "mkldnn")
 
 
@@ -124,7 +125,7 @@ def _measured_plan(measure: Callable[[], KernelPlan]) -> KernelPlan:
 
     Why the lock and the load check: a plan measured while the CPU was shared (two workers
     of `astrai serve` probing side by side, or a test run) was cached for good, and one such
-    plan sent 16-row steps to the slower kernel and float32 layers to a layout 2.4x slower.
+    plan sent 16-row steps to the slower kernel and float32 layers to the slower layout.
     Workers now measure one at a time, and a plan measured on a busy CPU serves this process
     only.
     """

@@ -52,14 +52,25 @@ class ReadInPlace:
 
 
 @dataclass(frozen=True, slots=True)
-class KVStepPlan:
-    """What a step's forward does in the cache beyond each sequence writing its own rows."""
+class NewPages:
+    """The pages a sequence was given this step (at admission, or grown for its next rows),
+    in the order its page table lists them."""
 
+    seq_id: int
+    pages: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class KVStepPlan:
+    """What a step does in the cache: the pages it gave out, and what its forward shares
+    beyond each sequence writing its own rows."""
+
+    allocated: tuple[NewPages, ...] = ()  # per sequence, in the order they first got a page
     computed_pages: frozenset[int] = frozenset()  # full pages others may read in this forward
     reads_in_place: tuple[ReadInPlace, ...] = ()
 
 
-NO_SHARING = KVStepPlan()
+EMPTY_KV_PLAN = KVStepPlan()
 
 
 def zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -113,10 +124,10 @@ class KVCache(ABC):
 
     The step protocol: the Scheduler (worker/engine/scheduler.py) calls, every step and in
     this order,
-      schedule: release (each aborted sequence) → admit (each one admitted) → grow, or
-                release to preempt (each decode row, oldest first) → begin_step →
+      schedule: begin_step → release (each aborted sequence) → admit (each one admitted)
+                → grow, or release to preempt (each decode row, oldest first) →
                 shared_ready, then plan (each prompt chunk) → grow (drafted rows, where
-                pages are free)
+                pages are free) → step_plan (what all of that gave out and shares)
       update:   commit (each prompt chunk, then each decode row) → release (each sequence
                 that finished) → commit (each drafted sequence, what its samples kept)
     In-flight prefix sharing depends on this order: shared_ready lets a sequence start
@@ -143,7 +154,7 @@ class KVCache(ABC):
 
     @abstractmethod
     def begin_step(self) -> None:
-        """A new prefill plan starts; nothing is planned yet."""
+        """A new step's plan starts: nothing given out or planned yet."""
 
     def shared_ready(self, seq_id: int, start: int) -> int | None:
         """Where this sequence's own computation starts this step, or None to wait a step.
@@ -158,8 +169,9 @@ class KVCache(ABC):
         """Tokens [start, end) of the sequence will be computed in this step's forward."""
 
     def step_plan(self) -> KVStepPlan:
-        """What the prompt chunks planned since begin_step share in the forward."""
-        return NO_SHARING
+        """The pages given out since begin_step (to sequences that still hold them), and what
+        the prompt chunks planned since then share in the forward."""
+        return EMPTY_KV_PLAN
 
     @abstractmethod
     def commit(self, seq_id: int, tokens: Sequence[int], num_computed: int) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from worker.kv.base import Admission, CacheStats, KVCache, KVStorage
+from worker.kv.base import Admission, CacheStats, KVCache, KVStepPlan, KVStorage, NewPages
 
 
 class ContiguousCache(KVCache):
@@ -22,6 +22,7 @@ class ContiguousCache(KVCache):
         self.page_size = max_seq_len
         self._free_slots = list(range(num_slots))
         self._slot_of: dict[int, int] = {}
+        self._given: dict[int, int] = {}  # seq_id → the slot it was given since begin_step
         self._peak_in_use = 0
 
     @property
@@ -29,7 +30,11 @@ class ContiguousCache(KVCache):
         return self.page_size
 
     def begin_step(self) -> None:
-        """Nothing is shared, so nothing is planned."""
+        """Nothing is shared, so nothing is planned; only the slots given out are noted."""
+        self._given.clear()
+
+    def step_plan(self) -> KVStepPlan:
+        return KVStepPlan(tuple(NewPages(s, (slot,)) for s, slot in self._given.items()))
 
     def plan(self, seq_id: int, start: int, end: int) -> None:
         """Each sequence computes into its own slot alone: nothing to note."""
@@ -41,7 +46,7 @@ class ContiguousCache(KVCache):
             raise KeyError(f"sequence {seq_id} already has a slot")
         if not self._free_slots or len(tokens) > self.page_size:
             return None
-        self._slot_of[seq_id] = self._free_slots.pop(0)
+        self._slot_of[seq_id] = self._given[seq_id] = self._free_slots.pop(0)
         self._peak_in_use = max(self._peak_in_use, len(self._slot_of))
         return Admission(0, 0)
 
@@ -61,6 +66,7 @@ class ContiguousCache(KVCache):
     def release(self, seq_id: int) -> None:
         slot = self._slot(seq_id)
         del self._slot_of[seq_id]
+        self._given.pop(seq_id, None)
         self._free_slots.append(slot)
         self._free_slots.sort()
 

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import torch
 
-from worker.kv.base import Admission, CacheStats, KVCache, KVStepPlan, KVStorage, ReadInPlace
+from worker.kv import base
+from worker.kv.base import Admission, CacheStats, KVCache, KVStorage, ReadInPlace
 from worker.kv.page_pool import PagePool
 from worker.kv.task_table import TaskEntry, TaskTable
 
@@ -37,6 +38,7 @@ class PageCache(KVCache):
         self.max_model_len = max_model_len
         # Pages admission leaves for running sequences to grow into, to make preemption rare.
         self.watermark_pages = int(watermark * num_pages)
+        self._allocated: dict[int, list[int]] = {}  # seq_id → pages given since begin_step
         self._planned: set[int] = set()
         self._reading: list[int] = []  # sequences reading rows in place this step
         self._hit_tokens = 0
@@ -86,7 +88,7 @@ class PageCache(KVCache):
             return None
         for page in reusing:  # the partial source too, so allocating cannot evict it
             self.pool.acquire(page)
-        pages = matched + self.pool.allocate(need)
+        pages = matched + self._allocate(seq_id, need)
         num_copied = 0
         if partial is not None and copy_now:
             source, num_copied = partial
@@ -131,18 +133,25 @@ class PageCache(KVCache):
                 return
             entry.num_indexed_pages += 1
 
+    def _allocate(self, seq_id: int, num_pages: int) -> list[int]:
+        pages = self.pool.allocate(num_pages)
+        self._allocated.setdefault(seq_id, []).extend(pages)
+        return pages
+
     def begin_step(self) -> None:
+        self._allocated.clear()
         self._planned.clear()
         self._reading.clear()
 
-    def step_plan(self) -> KVStepPlan:
+    def step_plan(self) -> base.KVStepPlan:
         reads = []
         for seq_id in self._reading:
             entry = self.table.get(seq_id)
             if entry.read_from is not None:
                 n = len(entry.partial_tokens)
                 reads.append(ReadInPlace(seq_id, entry.read_from, entry.num_shared - n, n))
-        return KVStepPlan(frozenset(self._planned), tuple(reads))
+        allocated = tuple(base.NewPages(s, tuple(p)) for s, p in self._allocated.items() if p)
+        return base.KVStepPlan(allocated, frozenset(self._planned), tuple(reads))
 
     def shared_ready(self, seq_id: int, start: int) -> int | None:
         entry = self.table.get(seq_id)
@@ -233,11 +242,12 @@ class PageCache(KVCache):
             return True
         if not self.pool.can_allocate(need):
             return False
-        entry.pages.extend(self.pool.allocate(need))
+        entry.pages.extend(self._allocate(seq_id, need))
         return True
 
     def release(self, seq_id: int) -> None:
         entry = self.table.pop(seq_id)
+        self._allocated.pop(seq_id, None)
         # Deepest page first, so a chain's tail is evicted before its head.
         for page in reversed(entry.pages):
             self.pool.release(page, seq_id)

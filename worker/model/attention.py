@@ -106,7 +106,8 @@ class Attention(nn.Module):
             return attend_in_place(q, k_cache, v_cache, batch.in_place)
         mask = self._mask(batch)
         # Prefill attention runs in float32 on the CPU, where bf16 arithmetic is slower
-        # (1.65x for a 512-token prompt); one-row decode runs in the cache's dtype, as
+        # (docs/BENCHMARKS.md, Figures behind the code); one-row decode runs in the cache's
+        # dtype, as
         # converting every cached row would cost more than it saves, except a float16 cache
         # on the CPU, whose arithmetic the CPU has no instructions for.
         dtype = k_cache.dtype
@@ -118,7 +119,7 @@ class Attention(nn.Module):
         b = batch.num_seqs
         qlen = batch.max_query_len
         d, kvh, g = self.head_dim, self.num_kv_heads, self.group
-        # index_select on the flattened rows is ~4x faster than k_cache[read_slots] on CPU.
+        # index_select on the flattened rows: faster than k_cache[read_slots] on the CPU.
         rows = batch.read_slots.view(-1)
         shape = (b, batch.read_slots.shape[1], kvh, d)
         keys = k_cache.index_select(0, rows).view(shape).to(dtype).transpose(1, 2)  # (B,KVH,T,D)
@@ -147,8 +148,8 @@ class Attention(nn.Module):
         """Attention sequence by sequence: no query or key padding to compute through.
 
         A 24-token tail and an 88-token chunk in one padded forward cost as much as 20
-        88-token chunks; per sequence, each pays for its own rows (2x faster prefill of a
-        W2 wave, docs/BENCHMARKS.md). Sequences that share leading rows attend over them
+        88-token chunks; per sequence, each pays for its own rows (docs/BENCHMARKS.md,
+        Figures behind the code). Sequences that share leading rows attend over them
         together (worker.model.shared_prefix); the other one-token rows (decoding sequences
         riding in a prefill's forward) in one padded attention.
         """
@@ -185,7 +186,7 @@ class Attention(nn.Module):
             queries = queries.reshape(kvh, qlen * g, d)
             rows_mask = mask[i : i + 1, :, : qlen * g, :klen]
             # 4-d inputs: with 3-d ones the CPU falls back from the flash kernel to a slow
-            # reference path (bmm, where, softmax: 3x the time, measured).
+            # reference path (bmm, where, softmax; docs/BENCHMARKS.md, Figures behind the code).
             att = F.scaled_dot_product_attention(queries[None], keys[None], values[None], rows_mask)
             att = att[0].view(kvh, qlen, g, d).transpose(0, 1).reshape(qlen, kvh * g * d)
             out[start : start + qlen] = att

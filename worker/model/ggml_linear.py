@@ -8,6 +8,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from worker.kernels.kquant_probe import gemv_available
+
 
 class QuantTensor(NamedTuple):
     """A GGUF tensor as the file holds it: `data` (rows, row bytes) uint8 in ggml `type`."""
@@ -36,7 +38,10 @@ class GgmlLinear(nn.Module):
 
     `panel_rows` (type name → rows, from the kernel plan): a Q4_K part woven so, or a Q6_K
     part, multiplies that many rows or more on our panel kernels instead
-    (csrc/kquant_matmul.cpp), reading the same bytes.
+    (csrc/kquant_matmul.cpp), reading the same bytes. Fewer rows of woven Q4_K parts take
+    our gemv (csrc/kquant_gemv.h: ggml's arithmetic, the weights streamed ahead of it), and
+    so do Q6_K parts, where the CPU has it and `gemv` is not False; side by side, such parts
+    of one type are one weight.
     """
 
     def __init__(
@@ -44,16 +49,24 @@ class GgmlLinear(nn.Module):
         parts: Sequence[QuantTensor],
         bias: torch.Tensor | None,
         panel_rows: Mapping[str, int] | None = None,
+        gemv: bool | None = None,
     ) -> None:
         super().__init__()
         if not parts or len({p.cols for p in parts}) != 1:
             raise ValueError("GgmlLinear needs parts with one common input width")
         ops = torch.ops.astrai_ggml
         self.woven = [int(ops.can_interleave(p.type, p.rows)) for p in parts]
-        self.weights = [
+        weights = [
             ops.interleave(p.data, p.type, p.cols) if woven else p.data.contiguous()
             for p, woven in zip(parts, self.woven, strict=True)
         ]
+        use_gemv = gemv_available() if gemv is None else gemv
+        on_gemv = [
+            use_gemv and p.type_name in GEMV_TYPES and (bool(woven) or not GEMV_TYPES[p.type_name])
+            for p, woven in zip(parts, self.woven, strict=True)
+        ]
+        self.on_gemv = on_gemv
+        self.segments, self.weights = _segments(weights, [p.type for p in parts], on_gemv)
         self.types = [p.type for p in parts]
         self.type_names = [p.type_name for p in parts]
         self.part_rows = [p.rows for p in parts]
@@ -73,7 +86,30 @@ class GgmlLinear(nn.Module):
         x = x.float()
         if self.panel_from and x.shape[0] >= self.panel_from:
             return self._by_parts(x)
-        return self._op(x, self.weights, self.types, self.part_rows, self.woven, self.bias)
+        if len(self.segments) == 1 and not self.segments[0].gemv:
+            return self._op(x, self.weights, self.types, self.part_rows, self.woven, self.bias)
+        outs = []
+        for segment in self.segments:
+            first, last = segment.parts
+            if segment.gemv:
+                outs.append(
+                    torch.ops.astrai.kquant_gemv(
+                        x, segment.weight, segment.type, segment.weight.shape[0]
+                    )
+                )
+            else:
+                outs.append(
+                    self._op(
+                        x,
+                        self.weights[first:last],
+                        self.types[first:last],
+                        self.part_rows[first:last],
+                        self.woven[first:last],
+                        None,
+                    )
+                )
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+        return out if self.bias is None else out.add_(self.bias)
 
     def _by_parts(self, x: torch.Tensor) -> torch.Tensor:
         """Each part on the kernel its rows call for, side by side."""
@@ -82,6 +118,8 @@ class GgmlLinear(nn.Module):
             kind, rows = self.types[i], self.part_rows[i]
             if self.part_panel_rows[i] and x.shape[0] >= self.part_panel_rows[i]:
                 outs.append(torch.ops.astrai.kquant_linear(x, weight, kind, rows))
+            elif self.on_gemv[i]:
+                outs.append(torch.ops.astrai.kquant_gemv(x, weight, kind, rows))
             else:
                 outs.append(self._op(x, [weight], [kind], [rows], [self.woven[i]], None))
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
@@ -93,6 +131,42 @@ class GgmlLinear(nn.Module):
             for name, woven in zip(self.type_names, self.woven, strict=True)
         )
         return f"in={self.in_features}, out={self.out_features}, kind=ggml {kinds}"
+
+
+class Segment(NamedTuple):
+    """Parts [first, last) of a layer; those `gemv` takes (all of type `type`) side by side in
+    one weight."""
+
+    parts: tuple[int, int]
+    gemv: bool
+    type: int
+    weight: torch.Tensor
+
+
+# The types our gemv reads (csrc/kquant_gemv.h): Q4_K as ggml weaves it, Q6_K as the file has it.
+GEMV_TYPES = {"Q4_K": True, "Q6_K": False}  # name → whether it must be woven
+
+
+def _segments(
+    weights: list[torch.Tensor], types: list[int], on_gemv: list[bool]
+) -> tuple[list[Segment], list[torch.Tensor]]:
+    """Runs of parts alike (on ggml's kernels, or on the gemv in one type); a gemv run's
+    weights as one tensor (rows stack, woven groups of 8 too), each part then a view of it,
+    so nothing is held twice."""
+    keys = [(gemv, kind if gemv else -1) for gemv, kind in zip(on_gemv, types, strict=True)]
+    segments: list[Segment] = []
+    first = 0
+    for i in range(1, len(weights) + 1):
+        if i < len(weights) and keys[i] == keys[first]:
+            continue
+        run = weights[first:i]
+        merged = on_gemv[first] and len(run) > 1
+        weight = torch.cat(run) if merged else run[0]
+        segments.append(Segment((first, i), on_gemv[first], types[first], weight))
+        if merged:
+            weights[first:i] = list(torch.split(weight, [w.shape[0] for w in run]))
+        first = i
+    return segments, weights
 
 
 def _panel_rows(part: QuantTensor, woven: int, plan: Mapping[str, int]) -> int:

@@ -1,9 +1,10 @@
 """A GGUF file's metadata and tensor directory, read without parsing its vocabulary.
 
 Why not gguf's GGUFReader: it turns every metadata array into numpy parts when it opens a
-file, 5 s for the default model's 49k-token vocabulary and merges on a 2-core machine, more
-for Llama 3's 128k. Serving needs the scalar keys and where each tensor lies; the tokenizer is
-read once by transformers and cached. The type sizes come from the gguf package's constants.
+file: seconds for the default model's 49k-token vocabulary and merges (docs/BENCHMARKS.md,
+Figures behind the code), more for Llama 3's 128k. Serving needs the scalar keys and where
+each tensor lies; the tokenizer is read once by transformers and cached. The type sizes
+come from the gguf package's constants.
 """
 
 from __future__ import annotations

@@ -177,8 +177,10 @@ def _linear(
     for name, q in zip(names, quant, strict=True):
         _require_ggml(gguf_path, name, q.type_name)
     layer = GgmlLinear(quant, bias, plan.kquant_panel_rows)
-    for q, woven, rows in zip(quant, layer.woven, layer.part_panel_rows, strict=True):
-        path = f"ggml {'interleaved' if woven else 'vec_dot'} ({ggml_isa()})"
+    for i, (q, rows) in enumerate(zip(quant, layer.part_panel_rows, strict=True)):
+        path = f"ggml {'interleaved' if layer.woven[i] else 'vec_dot'} ({ggml_isa()})"
+        if layer.on_gemv[i]:
+            path = "8-bit gemv (AVX-512 VNNI)"
         paths.add(q.type_name, f"{path}, panel kernel from {rows} rows" if rows else path)
     return layer
 

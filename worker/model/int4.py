@@ -41,10 +41,10 @@ def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
 class Int4Linear(nn.Module):
     """Weight-only int4 for the memory-bound few-row steps; float32 for batches.
 
-    One decoding stream reads every weight once per token, so a quarter of bf16's bytes is
-    a ~3x faster layer on this CPU (docs/BENCHMARKS.md). From FLOAT32_FROM_ROWS rows on,
-    the step is compute bound and the float32 copy is faster than the int4 kernel, which
-    unpacks the weights again for every row block.
+    One decoding stream reads every weight once per token, so a quarter of bf16's bytes
+    makes a faster layer (docs/BENCHMARKS.md, Figures behind the code). From
+    FLOAT32_FROM_ROWS rows on, the step is compute bound and the float32 copy is faster than
+    the int4 kernel, which unpacks the weights again for every row block.
     """
 
     def __init__(

@@ -36,10 +36,10 @@ class PackedLinear(nn.Module):
 
     Float32 layers take the layout `float32_layout` names ("mm": `x @ w_t` with the weight
     stored transposed, "linear": F.linear, "mkldnn": oneDNN's packed weight), which the
-    kernel probe measures per CPU (worker/kernels/plan.py): on a 2-core AVX-512 Xeon "mm"
-    was 1.4x faster than F.linear, on an AVX2 EPYC "mkldnn" 2.4x faster than "mm" at 8
-    rows. bf16/fp16 go through oneDNN with a prepacked weight (up to 2x faster than
-    F.linear for one row) where the CPU has it (mkldnn_linear_supports). CUDA keeps F.linear.
+    kernel probe measures per CPU (worker/kernels/plan.py): the fastest differs from one CPU
+    to another. bf16/fp16 go through oneDNN with a prepacked weight (faster than F.linear
+    for one row) where the CPU has it (mkldnn_linear_supports). CUDA keeps F.linear. Figures:
+    docs/BENCHMARKS.md, Figures behind the code.
     With `float32_copy`, a bf16/fp16 CPU layer also keeps its weights as float32 and uses
     them for batches of FLOAT32_FROM_ROWS rows or more (prefill, busy decode steps).
     """

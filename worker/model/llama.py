@@ -39,7 +39,7 @@ class LlamaModel(nn.Module):
         self.config = config
         table = torch.empty(config.vocab_size, config.hidden_size)
         if table.device.type != "meta":  # loading builds on meta and fills the weights in;
-            # there normal_ would go through torch._refs and import torch._dynamo (~1 s).
+            # there normal_ would go through torch._refs and import torch._dynamo.
             nn.init.normal_(table)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, _weight=table)
         block = SandwichBlock if config.sandwich_norms else Block
@@ -61,7 +61,7 @@ class LlamaModel(nn.Module):
     def build_rope_tables(self, device: torch.device | None = None) -> None:
         """The RoPE tables on `device` (default: the CPU): computed, never loaded, and always
         float32. Computed on the CPU even while the model is built on the meta device, whose
-        ops go through torch._refs and import torch._dynamo (~1 s of every start)."""
+        ops go through torch._refs and import torch._dynamo (docs/BENCHMARKS.md, Start)."""
         for local in (False, True):
             if local and self.config.local_rope_theta is None:
                 continue

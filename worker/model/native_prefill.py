@@ -2,11 +2,11 @@
 adds fused in; attention as the reference's.
 
 Why: between its four matmuls, the reference layer runs RMSNorm twice, SwiGLU and two
-residual adds as torch ops over every row of the chunk, ~14% of a 512-token prefill forward
-on a 2-core Xeon (65 of 460 ms, profiled). The block kernels apply them in the pass that
-prepares their input rows. Used when every linear layer is Q4_1 blocks (the default path);
-the arithmetic is the decode step's (worker.model.native_decode), tested equal to the
-reference forward.
+residual adds as torch ops over every row of the chunk, a noticeable part of a prefill
+forward (docs/BENCHMARKS.md, Figures behind the code). The block kernels apply them in the
+pass that prepares their input rows. Used when every linear layer is Q4_1 blocks (the
+default path); the arithmetic is the decode step's (worker.model.native_decode), tested
+equal to the reference forward.
 """
 
 from __future__ import annotations

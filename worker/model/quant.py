@@ -9,9 +9,10 @@ from torch import nn
 class Int8Linear(nn.Module):
     """W8A8: x is quantized per row to int8 on the fly, multiplied by int8 weights in int32.
 
-    On a 2-core AVX-512 VNNI CPU the int8 GEMM is ~3.7x faster than float32 at 32 rows
-    (docs/BENCHMARKS.md). The price is accuracy: every activation row keeps only 8 bits
-    relative to its largest value, so it is an option, never the default.
+    On a CPU with a dot-product instruction the int8 GEMM beats float32 on batches
+    (docs/BENCHMARKS.md, Figures behind the code). The price is accuracy: every activation
+    row keeps only 8 bits relative to its largest value, so it is an option, never the
+    default.
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:

@@ -2,10 +2,10 @@
 
 Why: requests that share a system prompt are prefilled together, each tail a short chunk
 attending over the whole shared prompt. Sequence by sequence, every tail gathers the shared
-rows' keys and values again and runs its own small attention over them: for 12 W2 tails of
-20 tokens behind a 600-token prompt, 3.9 ms a layer on a 2-core Xeon. All the tails' queries
-against the shared rows in one attention (the rows gathered once), and the tails' own rows
-in one more, padded to the longest, merged by their log-sum-exps: 2.1 ms (docs/BENCHMARKS.md).
+rows' keys and values again and runs its own small attention over them. All the tails'
+queries against the shared rows in one attention (the rows gathered once), and the tails' own
+rows in one more, padded to the longest, merged by their log-sum-exps, cost less
+(docs/BENCHMARKS.md, Figures behind the code).
 The merge is exact up to float rounding: softmax over the union of two key sets is the two
 partial softmaxes weighted by their normalisers. Decoding rows riding in the same forward (one
 query each) form a group of their own, so none is padded to a tail's length.

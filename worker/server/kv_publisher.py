@@ -147,7 +147,7 @@ def attach_publisher(
     try:
         bind, page_size = config.kv_events_bind, cache.page_size
         publisher = KvEventPublisher(
-            context, config.worker_id, bind, config.gateway, page_size, medium
+            context, config.worker_id, bind, config.gateways[0], page_size, medium
         )
     except zmq.ZMQError as exc:  # the address is taken or not this host's: serve without
         log.error("KV events off: cannot bind %s: %s", config.kv_events_bind, exc)
@@ -161,7 +161,8 @@ def attach_publisher(
 
 def bind_addresses(bind: str, gateway: str) -> tuple[str, str, str]:
     """(events bind, replay bind, host to advertise). `auto`: free ports on the address this
-    host reaches the gateway from; tcp://HOST:PORT: PORT and PORT+1 (`*` or 0: free ones)."""
+    host reaches `gateway` (the first one given) from; tcp://HOST:PORT: PORT and PORT+1 (`*`
+    or 0: free ones)."""
     if bind == "auto":
         host = local_address_toward(gateway)
         return f"tcp://{host}:*", f"tcp://{host}:*", host

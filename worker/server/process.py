@@ -48,7 +48,7 @@ def serve_worker(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     freeze_loaded_heap()
-    log.info("worker %s dialing %s", config.worker_id, config.gateway)
+    log.info("worker %s dialing %s", config.worker_id, ", ".join(config.gateways))
     try:
         server.run()
     finally:

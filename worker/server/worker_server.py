@@ -1,21 +1,20 @@
-"""WorkerServer: dials the gateway, feeds Submit/Abort to the engine, streams events back."""
+"""WorkerServer: dials every gateway, feeds Submit/Abort to the engine, streams events back."""
 
 from __future__ import annotations
 
+import itertools
 import logging
-import os
 import socket
 import threading
 import time
-import uuid
 from dataclasses import replace
 
 import zmq
 
-from common.curve import make_client
 from common.errors import RejectCode
 from common.schemas import (
     Abort,
+    Accepted,
     GatewayBeat,
     Heartbeat,
     Message,
@@ -25,42 +24,54 @@ from common.schemas import (
     Tokenize,
 )
 from common.wire import MAX_FRAMES_PER_MESSAGE, DropCounter, WireRefusal, encode
+from common.worker_stats import WorkerStats
 from worker.engine.inference_engine import InferenceEngine
-from worker.engine.sequence import TokenEvent
 from worker.server import wire_requests
+from worker.server.event_relay import EventRelay
+from worker.server.gateway_addresses import GatewayResolver, Lookup
+from worker.server.gateway_link import GatewayLink
 from worker.server.kv_publisher import attach_publisher
-from worker.server.wire_events import to_wire
+from worker.server.request_routes import RequestRoutes
 from worker.server.worker_config import WorkerConfig
+from worker.server.worker_messages import heartbeat_message, register_message
 
 log = logging.getLogger(__name__)
+RECEIVE_BATCH = 64  # messages read from one gateway before the others get their turn
 
 
 class WorkerServer:
-    """Owns the DEALER socket on one I/O thread; the engine's scheduler never touches it.
+    """Owns one DEALER socket per gateway (`GatewayLink`) on one I/O thread; the engine's
+    scheduler never touches them.
 
-    Events leave the scheduler thread through an inproc PUSH socket of its own, so the
-    scheduler loop never waits on the network. The gateway answers every heartbeat with a
-    GatewayBeat; when those stop for `gateway_timeout_s`, or a gateway of another
-    incarnation answers, every running request is aborted (its pages freed) and the worker
-    registers again as soon as a gateway is back (ZeroMQ redials on its own).
+    Every gateway it is given (names resolved to all their hosts, again every
+    `resolve_every_s`) gets its Register and Heartbeat, and its requests go to the one
+    engine: admission and the KV cache are shared by all gateways, first come first
+    served. Each request's events go back to the gateway that sent it (`EventRelay`:
+    tagged with its link by the engine thread), and the scheduler loop never waits on the
+    network. Each gateway answers every heartbeat with a GatewayBeat; when those stop for
+    `gateway_timeout_s`, or a gateway of another incarnation answers, that gateway's
+    requests alone are aborted (their pages freed) and the worker registers with it again
+    as soon as one answers there (ZeroMQ redials).
     """
 
-    def __init__(self, engine: InferenceEngine, config: WorkerConfig) -> None:
+    def __init__(
+        self, engine: InferenceEngine, config: WorkerConfig, lookup: Lookup = socket.getaddrinfo
+    ) -> None:
         self.engine = engine
         self.config = config
-        self.incarnation = uuid.uuid4().hex
         self.drops = DropCounter()
-        self.gateway_incarnation: str | None = None
-        self.connected = False
+        self.links: dict[str, GatewayLink] = {}  # by endpoint
+        self.routes = RequestRoutes()
+        self.resolver = GatewayResolver(config.gateways, config.resolve_every_s, lookup)
+        self.gateway_failures = 0  # gateways lost to silence, or never answering
+        self._link_ids = itertools.count(1)
         self._context = zmq.Context()
-        self._events_address = f"inproc://events-{self.incarnation}"
-        self._local = threading.local()
+        self._poller = zmq.Poller()
+        self.relay = EventRelay(self._context, self.routes)
         self._stopping = threading.Event()
         self._draining = threading.Event()
-        self._last_gateway_beat = 0.0
-        self._register_now = True
         self.last_loop_tick = time.monotonic()
-        engine.scheduler.flush_listeners.append(self._flush_events)
+        engine.scheduler.flush_listeners.append(self.relay.flush)
         self.kv_events = attach_publisher(engine, config, self._context)
 
     def stop(self) -> None:
@@ -82,6 +93,11 @@ class WorkerServer:
     def draining(self) -> bool:
         return self._draining.is_set()
 
+    @property
+    def connected(self) -> bool:
+        """Some gateway answers."""
+        return any(link.connected for link in list(self.links.values()))
+
     def is_live(self) -> bool:
         """The I/O loop is turning (it wakes at least every heartbeat)."""
         return time.monotonic() - self.last_loop_tick < 10 * self.config.heartbeat_s + 5
@@ -90,53 +106,13 @@ class WorkerServer:
         """Registered with a gateway that answers, and taking requests."""
         return self.connected and not self.draining
 
-    def _push_event(self, event: TokenEvent) -> None:
-        """Event sink. On the scheduler's thread events wait for its next flush (each step's
-        end) and leave together: one send and one wakeup of the I/O thread per forward, not
-        per token (each took its share of the step's time, docs/BENCHMARKS.md). On any other
-        thread, at once."""
-        frames = [encode(message) for message in to_wire(event)]
-        pending = getattr(self._local, "pending", None)
-        if pending is not None:
-            pending.extend(frames)
-        else:
-            self._push_socket().send_multipart(frames)
-
-    def _flush_events(self) -> None:
-        """At each of the scheduler's flushes, on its thread: the events since, as one
-        message."""
-        pending = getattr(self._local, "pending", None)
-        if pending is None:
-            self._local.pending = []  # from now on this thread's events wait for the flush
-        elif pending:
-            self._push_socket().send_multipart(pending)
-            pending.clear()
-
-    def _push_socket(self) -> zmq.Socket[bytes]:
-        push = getattr(self._local, "push", None)
-        if push is None:
-            push = self._context.socket(zmq.PUSH)
-            push.connect(self._events_address)
-            self._local.push = push
-        return push
-
     def run(self) -> None:
-        dealer = self._context.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.IDENTITY, self.config.worker_id.encode())
-        dealer.setsockopt(zmq.MAXMSGSIZE, self.config.max_frame_bytes)
-        dealer.setsockopt(zmq.LINGER, 0)
-        if self.config.curve_server_key is not None:
-            make_client(dealer, self.config.curve_server_key, self.config.curve_secret_key)
-        dealer.connect(self.config.gateway)
-        events = self._context.socket(zmq.PULL)
-        events.bind(self._events_address)
-        poller = zmq.Poller()
-        poller.register(dealer, zmq.POLLIN)
-        poller.register(events, zmq.POLLIN)
+        events = self.relay.bind()
+        self._poller.register(events, zmq.POLLIN)
+        self.resolver.start()
         if self.kv_events is not None:
             self.kv_events.start()
         next_beat = 0.0
-        beats = 0
         drain_deadline: float | None = None
         try:
             while not self._stopping.is_set():
@@ -146,122 +122,160 @@ class WorkerServer:
                     if self.engine.is_idle() or now > drain_deadline:
                         log.info("worker %s drained", self.config.worker_id)
                         return
-                silent_s = now - self._last_gateway_beat
-                if self.connected and silent_s > self.config.gateway_timeout_s:
-                    self._forget_gateway(f"gateway silent for {silent_s:.1f} s")
+                self._follow_addresses()
+                self._check_gateways(now)
                 if now >= next_beat:
-                    periodic = beats % self.config.register_every == 0
-                    if not self.connected or self._register_now or periodic:
-                        dealer.send(encode(self._register()))
-                        self._register_now = False
-                    dealer.send(encode(self._heartbeat()))
-                    beats += 1
+                    self._beat()
                     next_beat = now + self.config.heartbeat_s
-                timeout_ms = max(1, int((next_beat - now) * 1000))
-                ready = dict(poller.poll(timeout_ms))
+                wake = min([next_beat, *self._silence_deadlines()])
+                ready = dict(self._poller.poll(max(1, int((wake - now) * 1000) + 1)))
                 if events in ready:
-                    self._forward(events, dealer)
-                if dealer in ready:
-                    self._receive(dealer)
+                    self._forward(events)
+                for link in list(self.links.values()):
+                    if link.socket in ready:
+                        self._receive(link)
         finally:
-            dealer.close()
+            self.resolver.stop()
+            for link in self.links.values():
+                link.close()
             events.close()
 
-    def _forget_gateway(self, why: str) -> None:
-        """Abort every request and come back as a new incarnation: the gateway may have
-        dropped us meanwhile and failed those requests, and must tell us from that worker."""
-        log.warning("%s; aborting its requests and registering anew", why)
-        self.connected = False
-        self.engine.abort_all()
-        self.incarnation = uuid.uuid4().hex
-        self._register_now = True
+    # -- the gateways -----------------------------------------------------------------------
+    def _follow_addresses(self) -> None:
+        """Dial every endpoint the addresses name now; hang up on one no longer named once
+        its gateway is silent (one that still answers, e.g. while it drains, keeps its link)."""
+        wanted = self.resolver.endpoints()
+        for endpoint in wanted:
+            if endpoint not in self.links:
+                link = GatewayLink(self._context, self.config, endpoint, self._link_ids)
+                self.links[endpoint] = link
+                self._poller.register(link.socket, zmq.POLLIN)
+                log.info("worker %s dialing %s", self.config.worker_id, endpoint)
+        for endpoint, link in list(self.links.items()):
+            if endpoint not in wanted and not link.connected:
+                log.info("hanging up on %s: no longer a gateway address", endpoint)
+                for request_id in self.routes.take_all_of(link.link_id):
+                    self.engine.abort(request_id)  # none, unless sent before it answered
+                self._poller.unregister(link.socket)
+                link.close()
+                del self.links[endpoint]
 
-    def _forward(self, events: zmq.Socket[bytes], dealer: zmq.Socket[bytes]) -> None:
-        """Every event waiting goes out in one multipart message: a decode step's tokens
-        for all its sequences cost the gateway one receive, not one each."""
-        frames: list[bytes] = []
-        while len(frames) < MAX_FRAMES_PER_MESSAGE:
-            try:
-                frames.append(events.recv(zmq.NOBLOCK))
-            except zmq.Again:
-                break
-        if frames:
-            dealer.send_multipart(frames)
+    def _check_gateways(self, now: float) -> None:
+        timeout_s = self.config.gateway_timeout_s
+        for link in self.links.values():
+            why = link.silence(now, timeout_s)
+            if why is not None:
+                self.gateway_failures += 1
+                self._forget(link, why, new_incarnation=True)
+            elif link.unanswered(now, timeout_s):
+                self.gateway_failures += 1
+                log.warning("no gateway answers at %s yet; still dialing", link.endpoint)
 
-    def _receive(self, dealer: zmq.Socket[bytes]) -> None:
-        while True:
+    def _silence_deadlines(self) -> list[float]:
+        timeout_s = self.config.gateway_timeout_s
+        deadlines = (link.deadline(timeout_s) for link in self.links.values())
+        return [deadline for deadline in deadlines if deadline is not None]
+
+    def _forget(self, link: GatewayLink, why: str, new_incarnation: bool) -> None:
+        """Abort the requests of one gateway only (nobody reads them any more) and register
+        with it anew; the other gateways' requests run on."""
+        aborted = self.routes.take_all_of(link.link_id)
+        for request_id in aborted:
+            self.engine.abort(request_id)
+        link.forget(new_incarnation)
+        log.warning("%s; aborted its %d request(s)", why, len(aborted))
+
+    def _beat(self) -> None:
+        stats = self._stats()
+        for link in self.links.values():
+            register = link.wants_register(self.config.register_every)
+            if register and link.send(encode(self._register(link.incarnation, stats))):
+                link.register_now = False
+            link.send(encode(self._heartbeat(link.incarnation, stats)))
+            link.beats += 1
+
+    # -- messages -----------------------------------------------------------------------------
+    def _forward(self, events: zmq.Socket[bytes]) -> None:
+        """The events waiting, each to the gateway of its request: one multipart message per
+        gateway, so a decode step's tokens cost a gateway one receive, not one each. When a
+        choice ended among them, a Heartbeat closes the message: the gateway then has the
+        worker's figures after that end (pages freed, counters) before it answers the
+        client, not up to a heartbeat later."""
+        links = {link.link_id: link for link in self.links.values()}
+        stats: WorkerStats | None = None
+        for link_id, batch in self.relay.take(events).items():
+            link = links.get(link_id)
+            if link is None:
+                continue  # its gateway is gone or restarted: nobody reads these
+            frames = batch.frames
+            if batch.ends:
+                stats = stats or self._stats()
+                frames = [*frames, encode(self._heartbeat(link.incarnation, stats))]
+            for start in range(0, len(frames), MAX_FRAMES_PER_MESSAGE):
+                if not link.send_multipart(frames[start : start + MAX_FRAMES_PER_MESSAGE]):
+                    self.drops.counts["unsent"] += 1
+
+    def _receive(self, link: GatewayLink) -> None:
+        for _ in range(RECEIVE_BATCH):
             try:
-                frame = dealer.recv(zmq.NOBLOCK)
+                frame = link.socket.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
             try:
                 message = self.drops.decode(frame, self.config.max_frame_bytes, refusals=True)
             except WireRefusal as refusal:  # settings the rules refuse, checked on arrival
                 why = Rejected(refusal.request_id, refusal.code, refusal.message, refusal.param)
-                dealer.send(encode(why))
+                self._reply(link, why)
                 continue
             if isinstance(message, GatewayBeat):
-                self._gateway_beat(message)
+                lost = link.gateway_beat(message, time.monotonic())
+                if lost is not None:
+                    self._forget(link, *lost)
             elif isinstance(message, Submit):
                 # Straight out, so the answer precedes the request's tokens (forwarded
                 # by this same thread later) and its echo does too.
-                for reply in self._submit(message):
-                    dealer.send(encode(reply))
+                for reply in self._submit(link, message):
+                    self._reply(link, reply)
             elif isinstance(message, Abort):
-                self.engine.abort(message.request_id)
+                if self.routes.is_from(message.request_id, link.link_id):
+                    self.engine.abort(message.request_id)
             elif isinstance(message, Tokenize):
-                dealer.send(encode(wire_requests.tokenize(self.engine, message)))
+                self._reply(link, wire_requests.tokenize(self.engine, message))
             elif message is not None:
                 self.drops.counts["unexpected"] += 1
 
-    def _gateway_beat(self, message: GatewayBeat) -> None:
-        if self.gateway_incarnation not in (None, message.incarnation):
-            # A new gateway knows nothing of the old one's requests: nobody will read them.
-            log.warning("the gateway restarted; aborting the old gateway's requests")
-            self.engine.abort_all()
-            self._register_now = True
-        elif not message.registered and self.connected and not self._register_now:
-            # The same gateway dropped us (we were stopped, or frozen, past its heartbeat
-            # timeout) and failed our requests: nobody reads them any more.
-            self._forget_gateway("the gateway had dropped this worker")
-        self.gateway_incarnation = message.incarnation
-        self._last_gateway_beat = time.monotonic()
-        self.connected = True
+    def _reply(self, link: GatewayLink, message: Message) -> None:
+        if not link.send(encode(message)):
+            self.drops.counts["unsent"] += 1
 
-    def _submit(self, message: Submit) -> list[Message]:
+    def _submit(self, link: GatewayLink, message: Submit) -> list[Message]:
+        request_id = message.request_id
         if self._draining.is_set():
             why = "this worker is shutting down"
-            return [Rejected(message.request_id, RejectCode.DRAINING, why)]
-        return wire_requests.submit(self.engine, message, self._push_event)
+            return [Rejected(request_id, RejectCode.DRAINING, why)]
+        prompts = 1 if message.prompts is None else len(message.prompts)
+        if not self.routes.add(request_id, link.link_id, prompts * message.params.n):
+            why = f"request {request_id} is running on this worker already"
+            return [Rejected(request_id, RejectCode.INVALID_REQUEST, why)]
+        replies = wire_requests.submit(self.engine, message, self.relay.sink(link.link_id))
+        if not isinstance(replies[0], Accepted):
+            self.routes.discard(request_id, link.link_id)
+        return replies
 
-    def _register(self) -> Register:
-        stats = self.engine.stats()
-        return Register(
-            worker_id=self.config.worker_id,
-            incarnation=self.incarnation,
-            model=self.engine.model_name,
-            aliases=self.engine.model_aliases,
-            max_context=self.engine.max_model_len,
-            max_seqs=self.engine.options.max_seqs,
-            kv_pages=stats.kv_pages_total,
-            page_size=stats.kv_page_size,
-            pid=os.getpid(),
-            host=socket.gethostname(),
-            kv_events=self.kv_events.address if self.kv_events else "",
-            kv_replay=self.kv_events.replay_address if self.kv_events else "",
+    def _stats(self) -> WorkerStats:
+        return replace(
+            self.engine.stats(),
+            dropped_frames=sum(self.drops.counts.values()),
+            gateways=sum(link.connected for link in self.links.values()),
+            gateway_failures=self.gateway_failures + self.resolver.failures,
         )
 
-    def _heartbeat(self) -> Heartbeat:
-        stats = replace(self.engine.stats(), dropped_frames=sum(self.drops.counts.values()))
-        return Heartbeat(
-            worker_id=self.config.worker_id,
-            incarnation=self.incarnation,
-            waiting=stats.waiting_queue,
-            running=stats.active_tasks,
-            kv_pages_free=stats.kv_pages_free + stats.kv_pages_cached,
-            kv_pages_total=stats.kv_pages_total,
-            prefix_cache_hit_tokens=stats.prefix_cache_hit_tokens,
-            stats=stats,
-            draining=self._draining.is_set(),
-            kv_events_seq=self.kv_events.last_seq if self.kv_events else -1,
-        )
+    def _register(self, incarnation: str, stats: WorkerStats) -> Register:
+        kv = self.kv_events
+        addresses = (kv.address, kv.replay_address) if kv is not None else ("", "")
+        return register_message(self.engine, self.config.worker_id, incarnation, stats, addresses)
+
+    def _heartbeat(self, incarnation: str, stats: WorkerStats) -> Heartbeat:
+        draining = self._draining.is_set()
+        kv_seq = self.kv_events.last_seq if self.kv_events is not None else -1
+        return heartbeat_message(self.config.worker_id, incarnation, stats, draining, kv_seq)

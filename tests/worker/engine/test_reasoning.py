@@ -140,13 +140,14 @@ def test_a_prompt_that_opens_the_reasoning_starts_the_answer_inside_it(
     factory = RequestFactory(Tokenizer(with_template(tmp_path, model_dir, template)), 512)
     ids = factory.prompt_token_ids(HI)
     [seq] = factory.build("r", ids, SamplingParams(), lambda event: None)
-    assert seq.reasoning_parser is not None and seq.reasoning_parser.in_reasoning
+    parser = seq.output.reasoning_parser
+    assert parser is not None and parser.in_reasoning
     # Constrained, the reasoning the template opened is closed empty in the prompt.
     spec = {"type": "json_object"}
     constrained = factory.prompt_token_ids(HI, params=SamplingParams(structured_output=spec))
     assert factory.tokenizer.decode(constrained, False).endswith("<think>\n</think>\n\n")
     [seq] = factory.build("c", constrained, SamplingParams(structured_output=spec), print)
-    assert seq.reasoning_parser is None
+    assert seq.output.reasoning_parser is None
 
 
 def with_template(tmp_path: Path, model_dir: Path, template: str) -> Path:

@@ -15,7 +15,7 @@ from worker.engine.request_status import RequestStatus
 from worker.engine.runner import Chunk
 from worker.engine.speculation import DecodeCost
 from worker.engine.step_plan import StepOutput
-from worker.kv.base import KVStepPlan, ReadInPlace
+from worker.kv.base import KVStepPlan, NewPages, ReadInPlace
 from worker.kv.paged import PageCache
 
 PROMPT_33 = list(range(1000, 1033))  # 8 full pages of 4 and one token over
@@ -64,16 +64,22 @@ def test_the_newest_sequence_is_preempted_for_an_older_ones_page_and_recomputes_
     bench = plan_bench(default_model_dir, num_pages=4)
     [old] = bench.submit([10, 11, 12, 13, 14, 15, 16], "old", max_tokens=3)
     [new] = bench.submit([20, 21, 22, 23, 24, 25, 26], "new", max_tokens=5)
-    bench.step(300, 301)  # both prompts: every page in use
-    assert bench.step(302, 303).chunks == (decode_row(0, 7, 300), decode_row(1, 7, 301))
+    plan = bench.step(300, 301)  # both prompts: every page in use
+    assert plan.kv.allocated == (NewPages(0, (0, 1)), NewPages(1, (2, 3)))
+    plan = bench.step(302, 303)
+    assert plan.chunks == (decode_row(0, 7, 300), decode_row(1, 7, 301))
+    assert plan.kv.allocated == ()  # their 8th tokens still fit their second pages
     # The old one's 9th token needs a third page: the new one gives its pages back.
     plan = bench.step(304)
     assert ids(plan.preempted) == [1] and plan.chunks == (decode_row(0, 8, 302),)
+    assert plan.kv.allocated == (NewPages(0, (3,)),)  # the new one's partial page, freed
     assert new.status is RequestStatus.PREEMPTED and new.num_computed == 0
     assert old.finish_reason is FinishReason.LENGTH  # its third token: its pages are free
     # Readmitted, it recomputes its prompt and output from its first page, still cached.
     plan = bench.step(305)
     assert plan.chunks == (Chunk(1, 4, [24, 25, 26, 301, 303], True),)
+    # Past its cached first page (2): the free page, then the least recently cached one.
+    assert plan.kv.allocated == (NewPages(1, (3, 1)),) and bench.cache.pages_of(1) == [2, 3, 1]
     assert new.status is RequestStatus.DECODING and new.output_token_ids == [301, 303, 305]
     assert new.num_cached_tokens == 0  # hits count at the first admission only
     assert bench.scheduler.counters.preemptions == 1
@@ -95,11 +101,16 @@ def test_a_sharer_waits_for_the_pages_its_owner_computes_then_computes_its_tail(
     bench = plan_bench(default_model_dir, budget=8)
     bench.submit(PROMPT_33, "owner")
     bench.submit(PROMPT_33, "sharer")
+    owner_pages: list[int] = []
     for start in (0, 8, 16, 24):  # the sharer's next page is planned for a later step
         plan = bench.step()
         assert plan.chunks == (Chunk(0, start, PROMPT_33[start : start + 8], False),)
         owner_pages = bench.cache.pages_of(0)
-        assert plan.kv == KVStepPlan(frozenset(owner_pages[start // 4 : start // 4 + 2]))
+        computed = frozenset(owner_pages[start // 4 : start // 4 + 2])
+        # Both were given every page they need at admission: the sharer only its last own.
+        allocated = (NewPages(0, tuple(owner_pages)), NewPages(1, (9,))) if start == 0 else ()
+        assert plan.kv == KVStepPlan(allocated, computed)
+    assert bench.cache.pages_of(1) == [*owner_pages[:8], 9]
     plan = bench.step(300, 300)
     assert plan.chunks == (Chunk(0, 32, PROMPT_33[32:], True), Chunk(1, 32, PROMPT_33[32:], True))
     assert bench.scheduler.counters.prefill_tokens == 33 + 1
@@ -122,12 +133,20 @@ def test_sharers_arriving_together_read_a_partial_page_where_its_owner_computes_
         Chunk(2, 30, prompts[2][30:], True),
     )
     owner_pages = bench.cache.pages_of(0)
-    assert plan.kv == KVStepPlan(
-        computed_pages=frozenset(owner_pages[:8]),  # the owner's full pages, read as computed
-        reads_in_place=(
-            ReadInPlace(1, owner_pages[7], position=28, num_rows=2),
-            ReadInPlace(2, owner_pages[7], position=28, num_rows=2),
-        ),
+    assert (
+        plan.kv
+        == KVStepPlan(
+            allocated=(  # the others hold the owner's full pages, and two pages of their own
+                NewPages(0, tuple(owner_pages)),
+                NewPages(1, tuple(bench.cache.pages_of(1)[7:])),
+                NewPages(2, tuple(bench.cache.pages_of(2)[7:])),
+            ),
+            computed_pages=frozenset(owner_pages[:8]),  # the owner's full pages, read as computed
+            reads_in_place=(
+                ReadInPlace(1, owner_pages[7], position=28, num_rows=2),
+                ReadInPlace(2, owner_pages[7], position=28, num_rows=2),
+            ),
+        )
     )
     bench.update(plan, 300, 301, 302)
     assert [bench.cache.table.get(i).read_from for i in (1, 2)] == [None, None]
@@ -160,6 +179,7 @@ def test_drafts_ride_as_rows_and_the_kept_ones_become_computed_context(
     bench.step(10)
     plan = bench.schedule()
     assert plan.drafts == ((7, 8, 9),)  # what followed the last 7, 8, 9, 10
+    assert plan.kv.allocated == (NewPages(0, (3,)),)  # the drafts' rows: a fourth page
     assert plan.chunks == tuple(decode_row(0, 11 + i, t) for i, t in enumerate((10, 7, 8, 9)))
     bench.sampler.script = [8, 5]  # after the first draft kept: the second kept, not the third
     output = StepOutput.of_tokens([7])
@@ -201,6 +221,10 @@ class RecordingCache(PageCache):
         self.calls.append(f"plan {seq_id}")
         super().plan(seq_id, start, end)
 
+    def step_plan(self) -> KVStepPlan:
+        self.calls.append("step_plan")
+        return super().step_plan()
+
     def commit(self, seq_id: int, tokens: Any, num_computed: int) -> None:
         self.calls.append(f"commit {seq_id}")
         super().commit(seq_id, tokens, num_computed)
@@ -208,20 +232,23 @@ class RecordingCache(PageCache):
 
 def test_the_kv_cache_step_protocol_runs_in_its_stated_order(default_model_dir: Path):
     """The order Scheduler states (and KVCache documents): partial-page sharing relies on
-    planning after every decode row has its page and committing after the forward."""
+    planning after every decode row has its page and committing after the forward, and the
+    plan lists every page given out only when it is asked last."""
     bench = plan_bench(default_model_dir, speculative_tokens=2, cache_class=RecordingCache)
     cache = bench.cache
     assert isinstance(cache, RecordingCache)
     cache.calls = []
     bench.submit([7, 8, 9, 7, 8], "old", max_tokens=4)
     bench.step(9)
-    assert cache.calls == ["admit 0", "begin_step", "shared_ready 0", "plan 0", "commit 0"]
+    assert cache.calls == [
+        *("begin_step", "admit 0", "shared_ready 0", "plan 0", "step_plan", "commit 0"),
+    ]
     cache.calls = []
     bench.submit([20, 21, 22], "new", max_tokens=1)
     bench.step(300, 7)  # new's only token ends it
     assert cache.calls == [
-        *("admit 1", "grow 0"),  # refill, then room for each decode row
-        *("begin_step", "shared_ready 1", "plan 1"),  # each prompt chunk
+        *("begin_step", "admit 1", "grow 0"),  # refill, then room for each decode row
+        *("shared_ready 1", "plan 1", "step_plan"),  # each prompt chunk, then the plan
         *("commit 1", "commit 0", "release 1"),  # after the forward; the finished let go
     ]
     cache.calls = []
@@ -232,7 +259,7 @@ def test_the_kv_cache_step_protocol_runs_in_its_stated_order(default_model_dir: 
     output = StepOutput(StepOutput.of_tokens([8]).sampled, (), torch.zeros(2, 1))
     bench.scheduler.update(plan, output)  # its draft kept, the token after it its last
     assert cache.calls == [
-        *("grow 0", "begin_step", "grow 0"),  # its row, no prompt, its drafts' rows
+        *("begin_step", "grow 0", "grow 0", "step_plan"),  # its row, no prompt, its drafts'
         *("commit 0", "release 0"),  # what the forward computed; finished in the drafts
     ]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from worker.kv.base import Admission, CacheStats, KVStorage
+from worker.kv.base import Admission, CacheStats, KVStepPlan, KVStorage, NewPages
 from worker.kv.contiguous import ContiguousCache
 
 MAX_SEQ_LEN = 8
@@ -89,3 +89,13 @@ def test_unknown_and_duplicate_sequences_raise() -> None:
         with pytest.raises(KeyError, match="sequence 11 has no slot"):
             call()
     assert cache.stats() == stats(1)
+
+
+def test_the_step_plan_lists_the_slots_given_since_begin_step() -> None:
+    cache = make_cache()
+    cache.admit(10, [1])
+    cache.begin_step()
+    cache.admit(11, [1])
+    cache.admit(12, [1])
+    cache.release(12)  # given back within the step: not in its plan
+    assert cache.step_plan() == KVStepPlan(allocated=(NewPages(11, (1,)),))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import worker.kv.prefix
-from worker.kv.base import Admission, CacheStats, KVStorage
+from worker.kv.base import Admission, CacheStats, KVStorage, NewPages
 from worker.kv.paged import PageCache
 
 PS = 4
@@ -386,6 +386,20 @@ def test_a_failed_grow_changes_nothing() -> None:
     cache.release(2)
     assert cache.grow(1, 9)
     assert cache.pages_of(1) == [0, 1, 2]
+
+
+def test_the_step_plan_lists_the_pages_each_sequence_was_given_since_begin_step() -> None:
+    cache = make_cache()
+    cache.begin_step()
+    cache.admit(1, PROMPT)  # three pages
+    cache.admit(2, [50, 51])
+    assert cache.grow(1, 13)  # a fourth
+    assert cache.step_plan().allocated == (NewPages(1, (0, 1, 2, 4)), NewPages(2, (3,)))
+    cache.release(2)  # given back within the step: not in its plan
+    assert cache.step_plan().allocated == (NewPages(1, (0, 1, 2, 4)),)
+    cache.begin_step()
+    assert cache.grow(1, 16)  # room already
+    assert cache.step_plan().allocated == ()
 
 
 def test_grow_evicts_cached_pages() -> None:

@@ -156,7 +156,7 @@ def test_a_token_the_grammar_refuses_ends_only_its_choice_in_an_error(
 ):
     from common.token_output import FinishReason
     from worker.engine.output_processor import OutputProcessor
-    from worker.engine.sequence import Sequence
+    from worker.engine.sequence import OutputReaders, Sequence
     from worker.text.stop_strings import StopStringMatcher
 
     params = SamplingParams(structured_output=SCHEMA_SPEC)
@@ -170,8 +170,7 @@ def test_a_token_the_grammar_refuses_ends_only_its_choice_in_an_error(
         params=params,
         sink=lambda event: None,
         generator=None,
-        detokenizer=tokenizer.detokenizer(prompt, True),
-        stop_matcher=StopStringMatcher(()),
+        output=OutputReaders(tokenizer.detokenizer(prompt, True), StopStringMatcher(())),
         max_total_tokens=100,
         grammar=compiler.matcher(params),
     )

@@ -37,6 +37,7 @@ class FakeEngine:
         self.aborted: list[str] = []
         self.num_abort_all = 0
         self.idle = True
+        self.finished_tasks = 0  # what stats() says: a test sets it when it ends a choice
 
     def submit(
         self, prompt: Any, params: SamplingParams, sink: EventSink, request_id: str, chat: bool
@@ -71,4 +72,5 @@ class FakeEngine:
             kv_pages_cached=5,
             kv_page_size=16,
             prefix_cache_hit_tokens=7,
+            finished_tasks=self.finished_tasks,
         )

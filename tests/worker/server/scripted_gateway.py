@@ -18,16 +18,21 @@ Kind = type[Message]
 class ScriptedGateway:
     """Used from the test's thread only: heartbeats are answered when the test reads.
 
-    `beat_incarnation`: the GatewayBeat each Heartbeat gets (None: silence); `registered`
-    what it says about the worker. `close` closes the socket and its context.
+    Bound to `address`, or to a free loopback port. `beat_incarnation`: the GatewayBeat each
+    Heartbeat gets (None: silence); `registered` what it says about the worker. `close`
+    closes the socket and its context.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, address: str | None = None) -> None:
         self._context = zmq.Context()
         self.router = self._context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
-        port = self.router.bind_to_random_port("tcp://127.0.0.1")
-        self.address = f"tcp://127.0.0.1:{port}"
+        if address is None:
+            port = self.router.bind_to_random_port("tcp://127.0.0.1")
+            address = f"tcp://127.0.0.1:{port}"
+        else:
+            self.router.bind(address)
+        self.address = address
         self.beat_incarnation: str | None = None
         self.registered = True
         self.identity: bytes | None = None  # the worker's, once it has said something
@@ -78,3 +83,15 @@ class ScriptedGateway:
             if isinstance(message, Heartbeat) and self.beat_incarnation is not None:
                 self.send(GatewayBeat(self.beat_incarnation, self.registered))
         return True
+
+
+def wait_all(
+    gateways: list[ScriptedGateway], condition: Callable[[], bool], timeout_s: float = 2.0
+) -> None:
+    """Read (and answer) what comes to every one of `gateways` while waiting for
+    `condition`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not true within {timeout_s} s"
+        for gateway in gateways:
+            gateway._fill(0.005)

@@ -82,11 +82,11 @@ def test_bind_addresses():
 
 
 def test_no_publisher_without_a_paged_cache_or_when_off():
-    config = WorkerConfig(gateway="tcp://127.0.0.1:5557", worker_id="w0")
+    config = WorkerConfig(gateways=("tcp://127.0.0.1:5557",), worker_id="w0")
     context = zmq.Context()
     try:
         assert attach_publisher(FakeEngine(), config, context) is None  # type: ignore[arg-type]
-        off = WorkerConfig(gateway="tcp://127.0.0.1:5557", worker_id="w0", kv_events_bind="off")
+        off = WorkerConfig(gateways=("tcp://127.0.0.1:5557",), worker_id="w0", kv_events_bind="off")
         assert attach_publisher(FakeEngine(), off, context) is None  # type: ignore[arg-type]
     finally:
         context.destroy(linger=0)
@@ -104,7 +104,7 @@ class PagedEngine(FakeEngine):
 
 def test_a_publisher_feeds_on_the_paged_cache():
     config = WorkerConfig(
-        gateway="tcp://127.0.0.1:5557", worker_id="w0", kv_events_bind="tcp://127.0.0.1:0"
+        gateways=("tcp://127.0.0.1:5557",), worker_id="w0", kv_events_bind="tcp://127.0.0.1:0"
     )
     engine, context = PagedEngine(), zmq.Context()
     try:
@@ -116,7 +116,9 @@ def test_a_publisher_feeds_on_the_paged_cache():
         assert publisher.replay_address != publisher.address
         # An address already taken: the worker serves without events.
         taken = publisher.address
-        clash = WorkerConfig(gateway="tcp://127.0.0.1:5557", worker_id="w1", kv_events_bind=taken)
+        clash = WorkerConfig(
+            gateways=("tcp://127.0.0.1:5557",), worker_id="w1", kv_events_bind=taken
+        )
         assert attach_publisher(PagedEngine(), clash, context) is None  # type: ignore[arg-type]
         publisher.stop()
     finally:

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from common.errors import RejectCode
 from common.sampling_params import SamplingParams
@@ -45,31 +45,48 @@ class Running:
     thread: threading.Thread  # runs server.run
 
 
-@contextmanager
-def running_worker() -> Iterator[Running]:
-    """The server's loop on a thread of its own, dialing a scripted gateway; stopped, joined
-    and its sockets closed at the end."""
-    gateway = ScriptedGateway()
-    engine = FakeEngine()
-    config = WorkerConfig(
-        gateway=gateway.address,
+def link_config(*addresses: str) -> WorkerConfig:
+    return WorkerConfig(
+        gateways=addresses,
         worker_id="w-test",
         heartbeat_s=BEAT_S,
         gateway_timeout_s=GATEWAY_TIMEOUT_S,
         register_every=1000,  # only the registrations a test provokes
         drain_timeout_s=5.0,
     )
-    server = WorkerServer(engine, config)  # type: ignore[arg-type]  # duck-typed engine
+
+
+@contextmanager
+def serving(server: WorkerServer) -> Iterator[threading.Thread]:
+    """The server's loop on a thread of its own; stopped, joined and its sockets closed at
+    the end."""
     thread = threading.Thread(target=server.run, name="worker-io-under-test")
     thread.start()
     try:
-        yield Running(server, engine, gateway, thread)
+        yield thread
     finally:
         server.stop()
         thread.join(5)
         assert not thread.is_alive(), "the worker's loop did not stop"
         server.close()
+
+
+@contextmanager
+def running_worker() -> Iterator[Running]:
+    """The server dialing one scripted gateway."""
+    gateway = ScriptedGateway()
+    engine = FakeEngine()
+    server = WorkerServer(engine, link_config(gateway.address))  # type: ignore[arg-type]
+    try:
+        with serving(server) as thread:
+            yield Running(server, engine, gateway, thread)
+    finally:
         gateway.close()
+
+
+def incarnation_at(server: WorkerServer, gateway: ScriptedGateway) -> str:
+    """The worker's incarnation as that gateway knows it."""
+    return server.links[gateway.address].incarnation
 
 
 def connect(gateway: ScriptedGateway, incarnation: str = "gw-1") -> Register:
@@ -84,13 +101,18 @@ def connect(gateway: ScriptedGateway, incarnation: str = "gw-1") -> Register:
     return register
 
 
+def submit(gateway: ScriptedGateway, request_id: str) -> None:
+    gateway.send(Submit(request_id, SamplingParams(), prompt="hi"))
+    assert gateway.expect(Accepted, skip=BEATS) == Accepted(request_id, 2)
+
+
 def test_it_registers_then_beats_with_the_engines_figures():
     with running_worker() as w:
         server, engine, gateway = w.server, w.engine, w.gateway
         register = gateway.receive()
         assert register == Register(
             "w-test",
-            server.incarnation,
+            incarnation_at(server, gateway),
             "fake",
             64,
             4,
@@ -103,17 +125,17 @@ def test_it_registers_then_beats_with_the_engines_figures():
         beat = gateway.receive()
         assert beat == Heartbeat(
             worker_id="w-test",
-            incarnation=server.incarnation,
+            incarnation=incarnation_at(server, gateway),
             waiting=2,
             running=1,
             kv_pages_free=95,  # free + cached
             kv_pages_total=100,
             prefix_cache_hit_tokens=7,
-            stats=engine.stats(),
+            stats=replace(engine.stats(), gateways=0),
             draining=False,
         )
         assert not server.connected  # nobody answered yet: it registers on every beat
-        assert gateway.expect(Register, skip=BEATS).incarnation == server.incarnation
+        assert gateway.expect(Register, skip=BEATS) == register
 
 
 def test_submit_is_accepted_then_its_events_are_forwarded_as_typed_messages():
@@ -146,6 +168,25 @@ def test_submit_is_accepted_then_its_events_are_forwarded_as_typed_messages():
         finished = gateway.expect(Finished, skip=BEATS)
         assert finished == Finished("r1", 0, FinishReason.TOOL_CALLS, 2, 2, 0)
         assert isinstance(finished, Finished) and finished.finish_reason is FinishReason.TOOL_CALLS
+
+
+def test_a_choices_end_is_followed_by_the_figures_after_it_in_the_same_message():
+    """The gateway learns the worker's figures after a request's end (its pages free, its
+    counters) with the end itself, before it answers the client: /stats then reflects a
+    finished request at once, not a heartbeat later."""
+    with running_worker() as w:
+        engine, gateway = w.engine, w.gateway
+        connect(gateway)
+        submit(gateway, "r1")
+        engine.emit(TokenEvent("r1", 0, "a", (5,)))  # no end: no figures with it
+        assert gateway.expect(Tokens, skip=BEATS) == Tokens("r1", 0, "a", [5])
+        engine.finished_tasks = 1  # the scheduler counts an end before it emits it
+        engine.emit(TokenEvent("r1", 0, "", (6,), finish_reason=FinishReason.STOP))
+        assert gateway.expect(Tokens, skip=BEATS) == Tokens("r1", 0, "", [6])
+        assert isinstance(gateway.receive(), Finished)
+        beat = gateway.receive()  # the very next part of the same message
+        assert isinstance(beat, Heartbeat) and beat.stats is not None
+        assert beat.stats.finished_tasks == 1
 
 
 def test_bad_requests_are_rejected_with_their_code_and_the_loop_goes_on():
@@ -196,40 +237,48 @@ def test_a_draining_worker_rejects_submits_says_so_and_stops_once_idle():
         assert not w.thread.is_alive()
 
 
-def test_a_restarted_gateway_gets_everything_aborted_and_a_registration_at_once():
+def test_a_restarted_gateway_gets_its_requests_aborted_and_a_registration_at_once():
     with running_worker() as w:
         server, engine, gateway = w.server, w.engine, w.gateway
         first = connect(gateway, "gw-1")
-        assert engine.num_abort_all == 0
+        submit(gateway, "r1")
         gateway.beat_incarnation = "gw-2"  # another gateway answers the next heartbeat
         register = gateway.expect(Register, timeout_s=5 * BEAT_S, skip=BEATS)
-        assert engine.num_abort_all == 1
+        assert (engine.aborted, engine.num_abort_all) == (["r1"], 0)
         assert register == first  # the same incarnation: the worker did not restart
-        assert server.gateway_incarnation == "gw-2"
+        assert server.links[gateway.address].gateway_incarnation == "gw-2"
+        # What the old gateway's request still says goes nowhere: the new one never sent it.
+        engine.emit(TokenEvent("r1", 0, "late", (7,), finish_reason=FinishReason.ABORT))
+        submit(gateway, "r2")
+        engine.emit(TokenEvent("r2", 0, "new", (8,)))
+        assert gateway.expect(Tokens, skip=BEATS_AND_REGISTERS) == Tokens("r2", 0, "new", [8])
 
 
-def test_being_dropped_by_the_same_gateway_aborts_all_and_registers_anew():
+def test_being_dropped_by_the_same_gateway_aborts_its_requests_and_registers_anew():
     with running_worker() as w:
         server, engine, gateway = w.server, w.engine, w.gateway
         first = connect(gateway)
+        submit(gateway, "r1")
         gateway.registered = False
         register = gateway.expect(Register, timeout_s=5 * BEAT_S, skip=BEATS)
-        assert engine.num_abort_all == 1
+        assert (engine.aborted, engine.num_abort_all) == (["r1"], 0)
         assert isinstance(register, Register) and register.incarnation != first.incarnation
-        assert register.incarnation == server.incarnation
+        assert register.incarnation == incarnation_at(server, gateway)
 
 
-def test_gateway_silence_past_the_timeout_aborts_all_and_registers_anew():
+def test_gateway_silence_past_the_timeout_aborts_its_requests_and_registers_anew():
     with running_worker() as w:
         server, engine, gateway = w.server, w.engine, w.gateway
         first = connect(gateway)
+        submit(gateway, "r1")
         gateway.beat_incarnation = None  # no more answers
         silent_from = time.monotonic()
         register = gateway.expect(Register, timeout_s=GATEWAY_TIMEOUT_S + 1, skip=BEATS)
         assert time.monotonic() - silent_from >= GATEWAY_TIMEOUT_S - 2 * BEAT_S
-        assert engine.num_abort_all == 1
+        assert (engine.aborted, engine.num_abort_all) == (["r1"], 0)
         assert isinstance(register, Register) and register.incarnation != first.incarnation
         assert not server.connected
+        assert server.gateway_failures == 1
 
 
 def test_a_malformed_frame_is_dropped_and_counted_and_the_loop_keeps_running():

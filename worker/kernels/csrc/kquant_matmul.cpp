@@ -17,7 +17,9 @@
 
 #include "kquant_amx.h"
 #include "kquant_format.h"
+#include "kquant_gemv.h"
 #include "panel_matmul.h"
+#include "parallel.h"
 
 namespace astrai {
 namespace {
@@ -57,6 +59,62 @@ at::Tensor kquant_linear(const at::Tensor& x_in, const at::Tensor& weight, int64
   return out;
 }
 
+// x (m, k) times a woven Q4_K or plain Q6_K weight in 8-bit integers, for a few rows
+// (kquant_gemv.h).
+at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t type,
+                       int64_t out_features) {
+  TORCH_CHECK(type == kGgmlQ4K || type == kGgmlQ6K, "kquant_gemv takes Q4_K (", kGgmlQ4K,
+              ") or Q6_K (", kGgmlQ6K, "), got type ", type);
+  TORCH_CHECK(x_in.dim() == 2, "x must be (rows, in)");
+  TORCH_CHECK(weight.scalar_type() == at::kByte && weight.dim() == 2 && weight.is_contiguous(),
+              "weight must be a contiguous (rows, row bytes) uint8 tensor");
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const int64_t m = x.size(0), k = x.size(1), n = out_features;
+  TORCH_CHECK(k % kSuperBlock == 0, "in_features ", k, " is not a multiple of ", kSuperBlock);
+  TORCH_CHECK(weight.size(0) == n && (type == kGgmlQ6K || n % kTile == 0), "weight has ",
+              weight.size(0), " rows; out_features ", n,
+              " must equal it (and be a multiple of ", kTile, " for woven Q4_K)");
+  const int64_t block_bytes = type == kGgmlQ4K ? kQ4KWovenBytes / kTile : kQ6KBytes;
+  TORCH_CHECK(weight.size(1) == k / kSuperBlock * block_bytes, "weight rows of ", weight.size(1),
+              " bytes do not hold ", k, " inputs");
+  at::Tensor out = at::empty({m, n}, x.options());
+  if (m == 0) return out;
+#if defined(ASTRAI_KQUANT_GEMV)
+  at::Tensor codes = at::empty({m, k}, x.options().dtype(at::kChar));
+  at::Tensor scales = at::empty({m, k / kSuperBlock}, x.options());
+  at::Tensor sums = at::empty({m, k / 16}, x.options().dtype(at::kInt));
+  const float* in = x.data_ptr<float>();
+  for (int64_t r = 0; r < m; ++r)
+    quantize_row_q8(in + r * k, k, codes.data_ptr<int8_t>() + r * k,
+                    scales.data_ptr<float>() + r * (k / kSuperBlock),
+                    sums.data_ptr<int32_t>() + r * (k / 16));
+  const QuantizedRows rows{codes.data_ptr<int8_t>(), scales.data_ptr<float>(),
+                           sums.data_ptr<int32_t>(), k};
+  const uint8_t* w = weight.data_ptr<uint8_t>();
+  float* dst = out.data_ptr<float>();
+  if (type == kGgmlQ4K) {
+    parallel_chunks(n / kTile, 8, [&](int64_t first, int64_t last) {
+      q4_k_gemv_groups(w, k / kSuperBlock, rows, m, first, last, dst, n);
+    });
+  } else {
+    parallel_chunks(n, 64, [&](int64_t first, int64_t last) {
+      q6_k_gemv_rows(w, k / kSuperBlock, rows, m, first, last, dst, n);
+    });
+  }
+#else
+  TORCH_CHECK(false, "kquant_gemv needs AVX-512 VNNI (see kquant_gemv_available)");
+#endif
+  return out;
+}
+
+bool kquant_gemv_available() {
+#if defined(ASTRAI_KQUANT_GEMV)
+  return true;
+#else
+  return false;
+#endif
+}
+
 // Whether this build has the kernels at all (AVX2 or wider).
 bool kquant_linear_available() {
 #if defined(__AVX2__)
@@ -73,8 +131,13 @@ bool kquant_linear_available() {
 TORCH_LIBRARY_FRAGMENT(astrai, m) {
   m.def("kquant_linear(Tensor x, Tensor weight, int type, int out_features) -> Tensor");
   m.def("kquant_linear_available() -> bool", &kquant_linear_available);
+  m.def("kquant_gemv(Tensor x, Tensor weight, int type, int out_features) -> Tensor");
+  m.def("kquant_gemv_available() -> bool", &kquant_gemv_available);
 }
 
-TORCH_LIBRARY_IMPL(astrai, CPU, m) { m.impl("kquant_linear", &kquant_linear); }
+TORCH_LIBRARY_IMPL(astrai, CPU, m) {
+  m.impl("kquant_linear", &kquant_linear);
+  m.impl("kquant_gemv", &kquant_gemv);
+}
 
 }  // namespace astrai

@@ -1,0 +1,119 @@
+"""The few-row K-quant gemv: ggml's 8-bit arithmetic on the same bytes, fused parts as one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+
+from tests.worker.native import needs_ggml, needs_native_kernels
+from worker.kernels.kquant_probe import gemv_available, kquant_kernels_available
+from worker.model.ggml_linear import GgmlLinear, QuantTensor
+
+pytestmark = [needs_native_kernels, needs_ggml]
+needs_gemv = pytest.mark.skipif(
+    not (kquant_kernels_available() and gemv_available()),
+    reason="the gemv is built for CPUs with AVX-512 VNNI only",
+)
+
+# Row counts across its chunks of four rows and their remainders; widths of one to eight
+# super-blocks; outputs of one woven group and of several.
+ROWS = [1, 2, 3, 4, 5, 7, 8, 9]
+SHAPES = [(8, 256), (48, 512), (64, 2048), (24, 768)]
+
+
+def ggml():
+    return torch.ops.astrai_ggml
+
+
+def part(kind: T, out: int, k: int, seed: int) -> QuantTensor:
+    weight = torch.randn(out, k, generator=torch.Generator().manual_seed(seed))
+    return QuantTensor(int(kind), kind.name, ggml().quantize(weight, int(kind)), out, k)
+
+
+def dequantized(p: QuantTensor) -> torch.Tensor:
+    return ggml().rows(p.data, p.type, p.cols, torch.arange(p.rows))
+
+
+@needs_gemv
+@pytest.mark.parametrize("kind", [T.Q4_K, T.Q6_K], ids=lambda k: k.name)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_gemv_computes_what_ggml_computes_on_the_same_bytes(kind, shape):
+    out, k = shape
+    p = part(kind, out, k, seed=out + k)
+    woven = int(kind == T.Q4_K)
+    weight = ggml().interleave(p.data, p.type, k) if woven else p.data
+    exact = dequantized(p)
+    for rows in ROWS:
+        x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
+        ours = torch.ops.astrai.kquant_gemv(x, weight, int(kind), out)
+        theirs = ggml().linear(x, [weight], [int(kind)], [out], [woven], None)
+        scale = theirs.abs().max()
+        # Both round the activations to 8 bits per 256 inputs and multiply integers: equal
+        # but for the order of float additions.
+        assert (ours - theirs).abs().max() <= 2e-6 * scale, rows
+        # And that rounding is all that parts them from the float product.
+        assert (ours - x @ exact.T).abs().max() <= 3e-2 * scale, rows
+
+
+@needs_gemv
+def test_a_fused_layer_multiplies_each_run_of_one_type_as_one_weight():
+    parts = [
+        part(T.Q4_K, 32, 512, 1),
+        part(T.Q4_K, 16, 512, 2),
+        part(T.Q6_K, 16, 512, 3),
+        part(T.Q8_0, 8, 512, 4),
+    ]
+    bias = torch.randn(72)
+    layer = GgmlLinear(parts, bias)
+    assert [(s.parts, s.gemv) for s in layer.segments] == [
+        ((0, 2), True),
+        ((2, 3), True),
+        ((3, 4), False),
+    ]
+    merged = layer.segments[0].weight
+    assert merged.shape[0] == 48
+    # The two Q4_K parts are views of the one weight: held once.
+    assert layer.weights[0].data_ptr() == merged.data_ptr()
+    assert layer.weights[1].data_ptr() == merged[32:].data_ptr()
+
+    without = GgmlLinear(parts, bias, gemv=False)
+    assert [s.gemv for s in without.segments] == [False]
+    reference = torch.cat([dequantized(p) for p in parts])
+    for rows in (1, 3, 6):
+        x = torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows))
+        out, plain = layer(x), without(x)
+        assert (out - plain).abs().max() <= 1e-5 * plain.abs().max()
+        assert (out - (x @ reference.T + bias)).abs().max() <= 3e-2 * plain.abs().max()
+
+
+@needs_gemv
+def test_rows_past_the_panels_threshold_leave_the_gemv_for_the_panels():
+    parts = [part(T.Q4_K, 16, 256, 5), part(T.Q6_K, 8, 256, 6)]
+    layer = GgmlLinear(parts, None, {"Q4_K": 4, "Q6_K": 8})
+    reference = torch.cat([dequantized(p) for p in parts])
+    x = torch.randn(6, 256, generator=torch.Generator().manual_seed(0))
+    panel_q4k = torch.ops.astrai.kquant_linear(x, layer.weights[0], int(T.Q4_K), 16)
+    gemv_q6k = torch.ops.astrai.kquant_gemv(x, layer.weights[1], int(T.Q6_K), 8)
+    # Six rows: the Q4_K part on the (exact, float32) panels, the Q6_K part still on the gemv.
+    assert torch.equal(layer(x), torch.cat([panel_q4k, gemv_q6k], dim=1))
+    assert (panel_q4k - x @ reference[:16].T).abs().max() <= 1e-4 * panel_q4k.abs().max()
+
+
+def test_the_gemv_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("ASTRAI_KQUANT_GEMV", "0")
+    assert not gemv_available()
+    layer = GgmlLinear([part(T.Q4_K, 8, 256, 7)], None)
+    assert [s.gemv for s in layer.segments] == [False]
+
+
+@needs_gemv
+def test_the_gemv_refuses_what_it_cannot_read():
+    q6k = part(T.Q6_K, 8, 256, 8)
+    x = torch.randn(2, 256)
+    with pytest.raises(RuntimeError, match=r"Q4_K .* or Q6_K"):
+        torch.ops.astrai.kquant_gemv(x, q6k.data, int(T.Q8_0), 8)
+    with pytest.raises(RuntimeError, match="do not hold"):
+        torch.ops.astrai.kquant_gemv(torch.randn(2, 512), q6k.data, int(T.Q6_K), 8)
+    with pytest.raises(RuntimeError, match="multiple of 8"):
+        torch.ops.astrai.kquant_gemv(x, q6k.data[:4], int(T.Q4_K), 4)
