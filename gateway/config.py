@@ -27,7 +27,7 @@ class GatewayConfig:
     )
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     routing: str = field(
-        default="cache_aware",
+        default="exact",
         metadata=option("how a worker is picked for a request", choices=tuple(POLICIES)),
     )
     heartbeat_timeout_s: float = field(
