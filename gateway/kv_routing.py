@@ -14,14 +14,15 @@ from gateway.router import ExactPrefix, LeastLoaded
 from gateway.services import RequestServices
 
 log = logging.getLogger(__name__)
-TOKENIZE_TIMEOUT_S = 5.0  # past this, the request is routed without its token ids
+TOKENIZE_TIMEOUT_S = 2.0  # past this, the request is routed without its token ids
 
 # The gateway has no tokenizer and no chat template (both live in the worker), yet the
 # workers' KV events name pages by hashes of token ids. So for `exact` routing a worker
 # tokenizes the prompt first: one Tokenize round trip, answered on its I/O thread (as for
 # /tokenize), then the policy compares each worker's pages with the prompt's. Raw
 # Completions prompts given as token ids need no round trip. With one candidate there is
-# nothing to choose and nothing is asked.
+# nothing to choose, and when no candidate publishes events (`--kv-events-bind off`, an
+# encrypted link) nothing to compare: then nothing is asked, and the prompt's text decides.
 
 
 async def pick_worker(
@@ -29,12 +30,14 @@ async def pick_worker(
 ) -> WorkerState:
     """The worker for this request among `candidates` (never empty)."""
     policy = services.policy
-    if not isinstance(policy, ExactPrefix) or len(candidates) < 2:
-        return policy.pick(candidates, chat.routing_text)
-    token_ids = await prompt_token_ids(services, candidates, chat)
-    if token_ids is None:
-        return policy.pick(candidates, chat.routing_text)
-    return policy.pick_tokens(candidates, token_ids, time.monotonic())
+    if (
+        isinstance(policy, ExactPrefix)
+        and len(candidates) > 1
+        and any(w.kv_events for w in candidates)
+        and (token_ids := await prompt_token_ids(services, candidates, chat)) is not None
+    ):
+        return policy.pick_tokens(candidates, token_ids, time.monotonic())
+    return policy.pick(candidates, chat.routing_text)
 
 
 async def prompt_token_ids(

@@ -97,7 +97,8 @@ class ExactPrefix(RoutingPolicy):
     least loaded. Ties go to where the prefix was sent before, then to the lighter worker,
     and the load guard of CacheAware overrides it all. The chosen worker is expected to
     hold the prompt's pages from now on, until its events say otherwise, so the same prefix
-    arriving meanwhile goes there too. Without token ids it picks the least loaded.
+    arriving meanwhile goes there too. Without token ids (no candidate publishes events, or
+    none tokenized the prompt in time) it routes as CacheAware does, on the prompt's text.
     """
 
     name = "exact"
@@ -111,9 +112,10 @@ class ExactPrefix(RoutingPolicy):
         self.index = KvIndex()
         self._sent: dict[str, ApproxPrefixIndex] = {}  # page hashes routed to each worker
         self._least_loaded = LeastLoaded()
+        self._by_text = CacheAware(min_match, balance_abs, balance_rel)
 
     def pick(self, workers: Sequence[WorkerState], prompt_text: str) -> WorkerState:
-        return self._least_loaded.pick(workers, prompt_text)
+        return self._by_text.pick(workers, prompt_text)
 
     def pick_tokens(
         self, workers: Sequence[WorkerState], token_ids: Sequence[int], now: float
@@ -155,6 +157,7 @@ class ExactPrefix(RoutingPolicy):
     def forget(self, worker_id: str) -> None:
         self.index.forget(worker_id)
         self._sent.pop(worker_id, None)
+        self._by_text.forget(worker_id)
 
 
 def out_of_balance(workers: Sequence[WorkerState], balance_abs: int, balance_rel: float) -> bool:

@@ -108,7 +108,13 @@ def test_each_page_size_gets_its_own_hashes():
     assert policy.pick_tokens(registry.all(), PROMPT_A, now=0.0).worker_id == "w1"
 
 
-def test_without_token_ids_it_is_least_loaded():
+def test_without_token_ids_it_routes_on_the_text_as_cache_aware_does():
     registry = workers("w0", "w1")
-    registry.get("w0").in_flight.add("r")
-    assert ExactPrefix().pick(registry.all(), "any text").worker_id == "w1"
+    policy = ExactPrefix()
+    text = "You are the tides desk's assistant. " * 20
+    assert policy.pick(registry.all(), "short").worker_id == "w0"  # no block: least loaded
+    first = policy.pick(registry.all(), text)
+    first.in_flight.add("r")
+    assert policy.pick(registry.all(), text) is first  # the text's blocks were sent there
+    policy.forget(first.worker_id)
+    assert policy.pick(registry.all(), text) is not first
