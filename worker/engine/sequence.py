@@ -123,6 +123,11 @@ class Sequence:
     def is_finished(self) -> bool:
         return self.status is RequestStatus.FINISHED
 
+    @property
+    def tool_progress(self) -> ToolCallParser | None:
+        """Its tool calls so far (the grammar stage ends an answer with no room for another)."""
+        return self.output.tool_parser
+
     def move_to(self, status: RequestStatus) -> None:
         """The one place a status changes; a move RequestStatus does not allow is a bug."""
         if status not in TRANSITIONS[self.status]:

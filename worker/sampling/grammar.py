@@ -24,8 +24,22 @@ from common.tool_calls import tool_call_grammar
 from worker.errors import RequestError
 
 
+class CallProgress(Protocol):
+    """How far a sequence's answer is through its tool calls (worker.text's ToolCallParser)."""
+
+    @property
+    def between_calls(self) -> bool: ...
+
+    @property
+    def num_calls(self) -> int: ...
+
+
 class GrammarRow(Protocol):
     """What the grammar stage reads from one running sequence."""
+
+    @property
+    def tool_progress(self) -> CallProgress | None:
+        """Its tool calls so far, where its answer may hold them."""
 
     @property
     def grammar(self) -> llguidance.LLMatcher | None: ...
@@ -203,7 +217,7 @@ class GrammarMasks:
 def _no_room_for_another_call(seq: GrammarRow, left: int) -> bool:
     """Between tool calls, with fewer tokens left than twice what a call has taken so far:
     a call begun now would be cut off, so the answer ends here."""
-    parser = getattr(seq, "tool_parser", None)
+    parser = seq.tool_progress
     if parser is None or not parser.between_calls:
         return False
     return bool(left < 2 * (len(seq.output_token_ids) / parser.num_calls))

@@ -15,6 +15,7 @@ from worker.engine.inference_engine import InferenceEngine
 from worker.errors import RequestError
 from worker.sampling.grammar import CLOSING_BUDGET, GrammarCompiler, GrammarMasks, grammar_finished
 from worker.text.tokenizer import Tokenizer
+from worker.text.tool_parser import ToolCallParser
 
 PERSON = {
     "type": "object",
@@ -34,6 +35,7 @@ class Row:
     max_total_tokens: int = 1000
     token_ids: list[int] = field(default_factory=list)
     output_token_ids: list[int] = field(default_factory=list)
+    tool_progress: ToolCallParser | None = None
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,9 @@ def compiler(tokenizer: Tokenizer) -> GrammarCompiler:
 
 
 def masks_for(tokenizer: Tokenizer) -> GrammarMasks:
-    return GrammarMasks(lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
+    return GrammarMasks(
+        lambda ids: tokenizer.decode(ids, skip_special_tokens=False), tokenizer.eos_token_ids
+    )
 
 
 def test_only_constrained_rows_are_masked(tokenizer: Tokenizer, compiler: GrammarCompiler):
@@ -81,6 +85,41 @@ def test_a_json_object_row_near_its_budget_may_only_close(
     masks_for(tokenizer).apply(logits, [row])
     allowed = [tokenizer.decode([t]) for t in torch.isfinite(logits[0]).nonzero().flatten()]
     assert allowed and all('"' in text and set(text) <= set('"]}:') for text in allowed)
+
+
+WEATHER_TOOL = {
+    "name": "GetWeather",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+        "required": ["city", "unit"],
+        "additionalProperties": False,
+    },
+}
+
+
+@pytest.mark.parametrize("room", [False, True])
+def test_between_tool_calls_without_room_for_another_the_answer_ends(
+    tokenizer: Tokenizer, compiler: GrammarCompiler, room: bool
+):
+    params = SamplingParams(tools=[WEATHER_TOOL], tool_choice="required")
+    matcher = compiler.matcher(params)
+    call = '<tool_call>{"name":"GetWeather","arguments":{"city":"Tokyo","unit":"C"}}</tool_call>'
+    ids = tokenizer.encode(call, add_special_tokens=False)
+    for token in ids:
+        assert not grammar_finished(matcher, token)
+    parser = ToolCallParser()
+    parser.feed(call)
+    assert parser.between_calls and parser.num_calls == 1
+    # Another call would take as many tokens again: with fewer left, only the end remains.
+    left = 3 * len(ids) if room else len(ids)
+    row = Row(matcher, params, len(ids) + left, list(ids), list(ids), parser)
+    logits = torch.zeros(1, tokenizer.vocab_size)
+    masks_for(tokenizer).apply(logits, [row])
+    allowed = set(torch.isfinite(logits[0]).nonzero().flatten().tolist())
+    eos = set(tokenizer.eos_token_ids)
+    assert allowed & eos
+    assert (allowed <= eos) != room
 
 
 def test_a_schema_the_engine_cannot_compile_is_a_request_error(compiler: GrammarCompiler):
