@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import kubernetes_validate
@@ -123,6 +124,7 @@ def test_the_worker_autoscaler_scales_the_workers_on_a_metric_the_gateway_export
     )
     [rule] = rules["externalRules"]
     assert rule["name"]["as"] == name and name in rule["metricsQuery"]
+    assert hpa["maxReplicas"] > hpa["minReplicas"]
     # Every gateway replica reports every worker: each worker counts once.
     assert "max by (namespace, worker_id)" in rule["metricsQuery"]
     # Prometheus finds the gateway's /metrics, where the figure is.
@@ -130,3 +132,36 @@ def test_the_worker_autoscaler_scales_the_workers_on_a_metric_the_gateway_export
         "annotations"
     ]
     assert annotations["prometheus.io/path"] == "/metrics"
+
+
+def test_the_gateway_autoscaler_scales_the_gateways_on_their_own_request_rate():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gateway.prometheus import render_prometheus
+    from gateway.registry import WorkerRegistry
+    from gateway.stats import GatewayMetrics
+
+    hpa = by_kind("HorizontalPodAutoscaler")["astrai-gateway"]["spec"]
+    target = hpa["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", "astrai-gateway")
+    replicas = by_kind("Deployment")["astrai-gateway"]["spec"]["replicas"]
+    assert 2 <= hpa["minReplicas"] <= replicas < hpa["maxReplicas"]
+    [metric] = hpa["metrics"]
+    name = metric["pods"]["metric"]["name"]
+    rules = yaml.safe_load(
+        by_kind("ConfigMap")["astrai-prometheus-adapter-rules"]["data"]["config.yaml"]
+    )
+    [rule] = [r for r in rules["rules"] if r["name"]["as"] == name]
+    # Per pod, the rate of a counter the gateway really exports under that name.
+    assert "rate(astrai_requests_total" in rule["metricsQuery"]
+    assert rule["resources"]["overrides"]["pod"] == {"resource": "pod"}
+    metrics = GatewayMetrics()
+    metrics.requests[("openai", 200)] += 3
+    text = render_prometheus(WorkerRegistry(), metrics, Counter()).decode()
+    samples = [
+        s
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if f.name == "astrai_requests"
+    ]
+    assert [s.name for s in samples] == ["astrai_requests_total"] and samples[0].value == 3
