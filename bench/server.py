@@ -71,14 +71,19 @@ class Server:
         port: int | None = None,
         worker_bind: str | None = None,
     ) -> None:
+        self.command, self.args, self.workers = command, args, workers
+        self.own_ports = port is None and worker_bind is None  # ours to choose again
         self.port = port or free_loopback_port()
         self.worker_bind = worker_bind or f"tcp://127.0.0.1:{free_loopback_port()}"
+        self._start()
+
+    def _start(self) -> None:
+        command, args = self.command, self.args
         self.url = f"http://127.0.0.1:{self.port}"
-        self.workers = workers
         argv = [sys.executable, "-m", "launcher", "--log-level", "warning", command]
         argv += ["--port", str(self.port), *args]
         if command == "serve":
-            argv += ["--workers", str(workers)]
+            argv += ["--workers", str(self.workers)]
             if TEST_DEVICE and "--device" not in args:
                 argv += ["--device", TEST_DEVICE]
         else:
@@ -88,12 +93,25 @@ class Server:
             argv, cwd=REPO, start_new_session=True, stdout=self.log.file, stderr=subprocess.STDOUT
         )
 
+    def _lost_its_port(self) -> bool:
+        """It exited because a port chosen free was taken meanwhile (another process's
+        ephemeral bind, such as a worker's KV-event socket, between our check and its bind)."""
+        return self.own_ports and "address already in use" in self.log.tail(20)
+
     def wait_ready(self, timeout_s: float = 180.0, workers: int | None = None) -> Server:
         """Until /health reports the workers (or, for a bare gateway, answers at all)."""
         wanted = self.workers if workers is None else workers
         deadline = time.monotonic() + timeout_s
+        port_retries = 3
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                if port_retries and self._lost_its_port():
+                    port_retries -= 1
+                    self.stop()
+                    self.port = free_loopback_port()
+                    self.worker_bind = f"tcp://127.0.0.1:{free_loopback_port()}"
+                    self._start()
+                    continue
                 raise RuntimeError(f"server exited with {self.process.returncode}")
             try:
                 status, body = http_json(f"{self.url}/health", timeout=2)

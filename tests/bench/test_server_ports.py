@@ -1,0 +1,34 @@
+"""The test servers choose their ports again when another process took one meanwhile."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+import bench.server as server_module
+from common.ports import free_loopback_port
+
+pytestmark = pytest.mark.slow  # a real `astrai serve`
+
+
+def test_a_server_whose_port_was_taken_starts_on_another(monkeypatch):
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = held.getsockname()[1]
+    choices = [taken]
+    monkeypatch.setattr(
+        server_module,
+        "free_loopback_port",
+        lambda: choices.pop(0) if choices else free_loopback_port(),
+    )
+    server = server_module.Server("serve", "--kv-cache-mb", "64")
+    try:
+        assert server.port == taken
+        server.wait_ready(timeout_s=120)
+        assert server.port != taken and server.stats()["workers"]
+    finally:
+        server.stop()
+        held.close()
+    assert not server.group_alive()
