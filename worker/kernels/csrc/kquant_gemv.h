@@ -90,6 +90,20 @@ struct Q4KScales {
   }
 };
 
+// run<kRows>(first row) over rows [0, m): four at a time, then the one to three left (the
+// kernels keep kRows rows' sums in registers, so their count is a template argument).
+template <typename F>
+inline void in_fours(int64_t m, const F& run) {
+  int64_t row = 0;
+  for (; row + 4 <= m; row += 4) run.template operator()<4>(row);
+  switch (m - row) {
+    case 3: run.template operator()<3>(row); break;
+    case 2: run.template operator()<2>(row); break;
+    case 1: run.template operator()<1>(row); break;
+    default: break;
+  }
+}
+
 // 8 fp16 at p as floats, each twice (lanes 2r and 2r + 1).
 inline __m512 halves_twice(const uint8_t* p) {
   const __m512 once = _mm512_castps256_ps512(load_halves(p));
@@ -169,14 +183,9 @@ inline void q4_k_gemv_group(const uint8_t* weights, int64_t supers, int64_t grou
 inline void q4_k_gemv_groups(const uint8_t* weights, int64_t supers, const QuantizedRows& x,
                              int64_t m, int64_t first, int64_t last, float* out, int64_t n) {
   for (int64_t g = first; g < last; ++g) {
-    int64_t row = 0;
-    for (; row + 4 <= m; row += 4) q4_k_gemv_group<4>(weights, supers, g, x, row, out, n);
-    switch (m - row) {
-      case 3: q4_k_gemv_group<3>(weights, supers, g, x, row, out, n); break;
-      case 2: q4_k_gemv_group<2>(weights, supers, g, x, row, out, n); break;
-      case 1: q4_k_gemv_group<1>(weights, supers, g, x, row, out, n); break;
-      default: break;
-    }
+    in_fours(m, [&]<int kRows>(int64_t row) {
+      q4_k_gemv_group<kRows>(weights, supers, g, x, row, out, n);
+    });
   }
 }
 
@@ -253,14 +262,9 @@ inline void q6_k_gemv_row(const uint8_t* weights, int64_t supers, int64_t c,
 inline void q6_k_gemv_rows(const uint8_t* weights, int64_t supers, const QuantizedRows& x,
                            int64_t m, int64_t first, int64_t last, float* out, int64_t n) {
   for (int64_t c = first; c < last; ++c) {
-    int64_t row = 0;
-    for (; row + 4 <= m; row += 4) q6_k_gemv_row<4>(weights, supers, c, x, row, out, n);
-    switch (m - row) {
-      case 3: q6_k_gemv_row<3>(weights, supers, c, x, row, out, n); break;
-      case 2: q6_k_gemv_row<2>(weights, supers, c, x, row, out, n); break;
-      case 1: q6_k_gemv_row<1>(weights, supers, c, x, row, out, n); break;
-      default: break;
-    }
+    in_fours(m, [&]<int kRows>(int64_t row) {
+      q6_k_gemv_row<kRows>(weights, supers, c, x, row, out, n);
+    });
   }
 }
 

@@ -14,6 +14,7 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <string>
 
 #include "kquant_amx.h"
 #include "kquant_format.h"
@@ -28,21 +29,31 @@ namespace {
 constexpr int64_t kGgmlQ4K = 12;
 constexpr int64_t kGgmlQ6K = 14;
 
-at::Tensor kquant_linear(const at::Tensor& x_in, const at::Tensor& weight, int64_t type,
-                         int64_t out_features) {
-  TORCH_CHECK(type == kGgmlQ4K || type == kGgmlQ6K, "kquant_linear takes Q4_K (", kGgmlQ4K,
+// x as float32 rows, once the type, x and the weight's shape are checked for `op`; every
+// Q4_K weight (woven) and, where `q6k_any_rows` is false, every Q6_K one in whole tiles.
+at::Tensor checked_input(const char* op, const at::Tensor& x_in, const at::Tensor& weight,
+                         int64_t type, int64_t n, bool q6k_any_rows) {
+  TORCH_CHECK(type == kGgmlQ4K || type == kGgmlQ6K, op, " takes Q4_K (", kGgmlQ4K,
               ") or Q6_K (", kGgmlQ6K, "), got type ", type);
   TORCH_CHECK(x_in.dim() == 2, "x must be (rows, in)");
   TORCH_CHECK(weight.scalar_type() == at::kByte && weight.dim() == 2 && weight.is_contiguous(),
               "weight must be a contiguous (rows, row bytes) uint8 tensor");
-  const at::Tensor x = x_in.to(at::kFloat).contiguous();
-  const int64_t m = x.size(0), k = x.size(1), n = out_features;
-  const int64_t block_bytes = type == kGgmlQ4K ? kQ4KWovenBytes / kTile : kQ6KBytes;
+  const int64_t k = x_in.size(1);
   TORCH_CHECK(k % kSuperBlock == 0, "in_features ", k, " is not a multiple of ", kSuperBlock);
-  TORCH_CHECK(weight.size(0) == n && n % kTile == 0, "weight has ", weight.size(0),
-              " rows; out_features ", n, " must equal it and be a multiple of ", kTile);
+  const bool whole_tiles = type == kGgmlQ4K || !q6k_any_rows;
+  TORCH_CHECK(weight.size(0) == n && (!whole_tiles || n % kTile == 0), "weight has ",
+              weight.size(0), " rows; out_features ", n, " must equal it",
+              whole_tiles ? " and be a multiple of " : "", whole_tiles ? std::to_string(kTile) : "");
+  const int64_t block_bytes = type == kGgmlQ4K ? kQ4KWovenBytes / kTile : kQ6KBytes;
   TORCH_CHECK(weight.size(1) == k / kSuperBlock * block_bytes, "weight rows of ", weight.size(1),
               " bytes do not hold ", k, " inputs");
+  return x_in.to(at::kFloat).contiguous();
+}
+
+at::Tensor kquant_linear(const at::Tensor& x_in, const at::Tensor& weight, int64_t type,
+                         int64_t out_features) {
+  const at::Tensor x = checked_input("kquant_linear", x_in, weight, type, out_features, false);
+  const int64_t m = x.size(0), k = x.size(1), n = out_features;
   at::Tensor out = at::empty({m, n}, x.options());
   if (m == 0) return out;
 #if defined(__AVX2__)
@@ -63,20 +74,8 @@ at::Tensor kquant_linear(const at::Tensor& x_in, const at::Tensor& weight, int64
 // (kquant_gemv.h).
 at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t type,
                        int64_t out_features) {
-  TORCH_CHECK(type == kGgmlQ4K || type == kGgmlQ6K, "kquant_gemv takes Q4_K (", kGgmlQ4K,
-              ") or Q6_K (", kGgmlQ6K, "), got type ", type);
-  TORCH_CHECK(x_in.dim() == 2, "x must be (rows, in)");
-  TORCH_CHECK(weight.scalar_type() == at::kByte && weight.dim() == 2 && weight.is_contiguous(),
-              "weight must be a contiguous (rows, row bytes) uint8 tensor");
-  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const at::Tensor x = checked_input("kquant_gemv", x_in, weight, type, out_features, true);
   const int64_t m = x.size(0), k = x.size(1), n = out_features;
-  TORCH_CHECK(k % kSuperBlock == 0, "in_features ", k, " is not a multiple of ", kSuperBlock);
-  TORCH_CHECK(weight.size(0) == n && (type == kGgmlQ6K || n % kTile == 0), "weight has ",
-              weight.size(0), " rows; out_features ", n,
-              " must equal it (and be a multiple of ", kTile, " for woven Q4_K)");
-  const int64_t block_bytes = type == kGgmlQ4K ? kQ4KWovenBytes / kTile : kQ6KBytes;
-  TORCH_CHECK(weight.size(1) == k / kSuperBlock * block_bytes, "weight rows of ", weight.size(1),
-              " bytes do not hold ", k, " inputs");
   at::Tensor out = at::empty({m, n}, x.options());
   if (m == 0) return out;
 #if defined(ASTRAI_KQUANT_GEMV)
