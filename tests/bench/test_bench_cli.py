@@ -66,7 +66,8 @@ def test_anthropic_protocol_and_poisson_rate(tiny_server: Server, tmp_path: Path
 
 @pytest.fixture(scope="module")
 def no_worker_gateway() -> Iterator[Server]:
-    server = Server("gateway")
+    # Requests wait for a worker until their queue timeout: a short one keeps the test short.
+    server = Server("gateway", "--queue-timeout", "1")
     try:
         yield server.wait_ready(workers=0)
     finally:

@@ -321,7 +321,8 @@ def test_streams_that_outlast_the_drain_end_with_an_error_event(tiny_model_dir: 
 
 
 def test_sigterm_on_a_worker_drains_it(tiny_model_dir: Path):
-    cluster = Cluster(tiny_model_dir, 1)
+    # A request finding no live worker waits for one until its queue timeout, then gets 503.
+    cluster = Cluster(tiny_model_dir, 1, "--queue-timeout", "2")
     try:
         cluster.gateway.wait_ready(workers=1)
         worker = cluster.workers[0]
