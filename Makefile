@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint format bench bench-types bench-engine bench-grammar bench-drafts soak serve browser agents clean
+.PHONY: install test test-fast lint format bench bench-types bench-engine bench-grammar bench-drafts soak serve browser agents llama-cpp clean
 
 install: $(STAMP)
 
@@ -83,6 +83,13 @@ AGENT_PACKAGES := @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0
 agents:
 	@mkdir -p $(AGENTS_DIR)
 	npm install --prefix $(AGENTS_DIR) --no-audit --no-fund --loglevel=error $(AGENT_PACKAGES)
+
+# llama.cpp's own llama-server and llama-quantize, built once from the llama-cpp-python sdist
+# into ~/.cache/astrai/llama.cpp (~15-20 min on 2 cores; later calls return at once): each GGUF
+# type's check against llama-server in `make test` (they skip, naming this target, without
+# them) and the benchmarks. The script cd's into its cache: PYTHON is an absolute path.
+llama-cpp: install
+	PYTHON=$(abspath $(BIN)/python) bench/build_llama_server.sh
 
 serve: install
 	$(BIN)/astrai serve

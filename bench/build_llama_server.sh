@@ -2,9 +2,15 @@
 # Build llama.cpp's own `llama-server` and `llama-quantize` once, from the source the
 # llama-cpp-python sdist on PyPI vendors, into a cache folder outside the repository; print
 # the server binary's path (llama-quantize lies beside it).
-# Usage: bench/build_llama_server.sh [VERSION]   (env: LLAMA_SERVER_CACHE, default ~/.cache/astrai/llama.cpp)
+# Usage: bench/build_llama_server.sh [--cached] [VERSION]   (env: LLAMA_SERVER_CACHE, default ~/.cache/astrai/llama.cpp)
 # About 15-20 minutes on 2 cores the first time; later calls print the cached path at once.
+# --cached: never build; exit 1 naming the folder when the binaries are not there (the tests).
 set -euo pipefail
+cached_only=false
+if [ "${1:-}" = "--cached" ]; then
+  cached_only=true
+  shift
+fi
 version="${1:-0.3.36}"
 # llama.cpp's AMX kernels, compiled in wherever -march=native has AMX, die on their first
 # matmul in this version: SIGILL at a `tilezero` in tinygemm_kernel_amx<block_q8_1,
@@ -22,6 +28,10 @@ binary="$cache/build/bin/llama-server"
 if [ -x "$binary" ] && [ -x "$cache/build/bin/llama-quantize" ]; then
   echo "$binary"
   exit 0
+fi
+if $cached_only; then
+  echo "no llama-server and llama-quantize built under $cache/build/bin" >&2
+  exit 1
 fi
 python="${PYTHON:-python3}"
 mkdir -p "$cache"

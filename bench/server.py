@@ -142,16 +142,16 @@ class Server:
 class LlamaServer:
     """llama.cpp's own `llama-server` (bench/build_llama_server.sh builds it), for baselines.
 
-    Started as the comparison wants it: 2 threads like our worker, 32 parallel slots with
-    continuous batching, a 32,768-token context shared by the slots.
+    Started by default as the speed comparison wants it: 2 threads like our worker, 32
+    parallel slots with continuous batching, a 32,768-token context shared by the slots.
     """
 
     ARGS = ("-t", "2", "-np", "32", "-c", "32768", "-cb")
 
-    def __init__(self, binary: Path, model: Path) -> None:
+    def __init__(self, binary: Path, model: Path, args: tuple[str, ...] = ARGS) -> None:
         self.port = free_loopback_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        argv = [str(binary), "-m", str(model), *self.ARGS]
+        argv = [str(binary), "-m", str(model), *args]
         argv += ["--host", "127.0.0.1", "--port", str(self.port)]
         self.log = ProcessLog("llama-server")
         self.process = subprocess.Popen(
