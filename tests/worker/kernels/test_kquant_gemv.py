@@ -16,10 +16,12 @@ needs_gemv = pytest.mark.skipif(
     reason="the gemv is built for CPUs with AVX-512 VNNI only",
 )
 
-# Row counts across its chunks of four rows and their remainders; widths of one to eight
-# super-blocks; outputs of one woven group and of several.
-ROWS = [1, 2, 3, 4, 5, 7, 8, 9]
+# Row counts across its runs of four and eight rows and their remainders; widths of one to
+# eight super-blocks; outputs of one woven group and of several (and, for Q6_K, whose columns
+# go four at a time from four rows on, a count that leaves two).
+ROWS = [1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 19]
 SHAPES = [(8, 256), (48, 512), (64, 2048), (24, 768)]
+CASES = [(kind, shape) for kind in (T.Q4_K, T.Q6_K) for shape in SHAPES] + [(T.Q6_K, (10, 512))]
 
 
 def ggml():
@@ -36,8 +38,7 @@ def dequantized(p: QuantTensor) -> torch.Tensor:
 
 
 @needs_gemv
-@pytest.mark.parametrize("kind", [T.Q4_K, T.Q6_K], ids=lambda k: k.name)
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize(("kind", "shape"), CASES, ids=lambda c: str(getattr(c, "name", c)))
 def test_the_gemv_computes_what_ggml_computes_on_the_same_bytes(kind, shape):
     out, k = shape
     p = part(kind, out, k, seed=out + k)

@@ -19,6 +19,8 @@
 #include "kquant_amx.h"
 #include "kquant_format.h"
 #include "kquant_gemv.h"
+#include "kquant_gemv_q6k.h"
+#include "kquant_tiles.h"
 #include "panel_matmul.h"
 #include "parallel.h"
 
@@ -82,22 +84,30 @@ at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t
   at::Tensor codes = at::empty({m, k}, x.options().dtype(at::kChar));
   at::Tensor scales = at::empty({m, k / kSuperBlock}, x.options());
   at::Tensor sums = at::empty({m, k / 16}, x.options().dtype(at::kInt));
+  at::Tensor pair_sums = at::empty({m, k / 64}, x.options().dtype(at::kInt));
   const float* in = x.data_ptr<float>();
   for (int64_t r = 0; r < m; ++r)
     quantize_row_q8(in + r * k, k, codes.data_ptr<int8_t>() + r * k,
                     scales.data_ptr<float>() + r * (k / kSuperBlock),
-                    sums.data_ptr<int32_t>() + r * (k / 16));
+                    sums.data_ptr<int32_t>() + r * (k / 16), pair_sums.data_ptr<int32_t>() + r * (k / 64));
   const QuantizedRows rows{codes.data_ptr<int8_t>(), scales.data_ptr<float>(),
-                           sums.data_ptr<int32_t>(), k};
+                           sums.data_ptr<int32_t>(), pair_sums.data_ptr<int32_t>(), k};
   const uint8_t* w = weight.data_ptr<uint8_t>();
   float* dst = out.data_ptr<float>();
+  const int64_t supers = k / kSuperBlock;
   if (type == kGgmlQ4K) {
     parallel_chunks(n / kTile, 8, [&](int64_t first, int64_t last) {
-      q4_k_gemv_groups(w, k / kSuperBlock, rows, m, first, last, dst, n);
+      q4_k_gemv_groups(w, supers, rows, m, first, last, dst, n);
     });
   } else {
+    std::vector<RowTile> tiles;  // from 16 rows on (kquant_tiles.h)
+    for (int64_t row = 0; row + kTileRows <= m; row += kTileRows) tiles.emplace_back(rows, row);
+    const int64_t tiled = static_cast<int64_t>(tiles.size()) * kTileRows;
     parallel_chunks(n, 64, [&](int64_t first, int64_t last) {
-      q6_k_gemv_rows(w, k / kSuperBlock, rows, m, first, last, dst, n);
+      // Whole runs of 8 columns take the tiles' rows on the tiles, the rest of them the gemv.
+      const int64_t whole = tiled ? q6_k_tile_columns(w, supers, tiles, first, last, dst, n) : first;
+      q6_k_gemv_rows(w, supers, rows, m, first, whole, dst, n, tiled);
+      q6_k_gemv_rows(w, supers, rows, m, whole, last, dst, n);
     });
   }
 #else
