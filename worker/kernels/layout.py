@@ -103,6 +103,23 @@ def records_from_gguf(raw: torch.Tensor, block_format: str) -> BlockRecords:
     block_bytes = GGUF_BLOCK_BYTES[block_format]
     if raw.dtype != torch.uint8 or raw.dim() != 2 or raw.shape[1] % block_bytes:
         raise ValueError(f"{block_format} rows must be uint8 (out, k x {block_bytes})")
+    return BlockRecords(_rearranged(raw, block_format), raw.shape[0])
+
+
+def gguf_rows_in_records(block_format: str, blocks: int) -> torch.Tensor:
+    """(TILE, blocks x block bytes) int64: where each byte of a tile's rows, in the GGUF
+    file's order, lies among that tile's record bytes (records_from_gguf's move, inverted):
+    the rows of a table held only as records, read back as the file held them."""
+    row_bytes = blocks * GGUF_BLOCK_BYTES[block_format]
+    source = _rearranged(torch.arange(TILE * row_bytes).view(TILE, row_bytes), block_format)
+    where = torch.empty(TILE * row_bytes, dtype=torch.int64)
+    where[source.flatten()] = torch.arange(TILE * row_bytes)
+    return where.view(TILE, row_bytes)
+
+
+def _rearranged(raw: torch.Tensor, block_format: str) -> torch.Tensor:
+    """GGUF rows (out, blocks x block bytes) of any dtype → (tiles, blocks, record bytes)."""
+    block_bytes = GGUF_BLOCK_BYTES[block_format]
     out_features = raw.shape[0]
     blocks = raw.shape[1] // block_bytes
     tiles = _tiled(raw.reshape(out_features, blocks, block_bytes))  # (tiles, 8, blocks, bytes)
@@ -115,4 +132,4 @@ def records_from_gguf(raw: torch.Tensor, block_format: str) -> BlockRecords:
     groups = codes.shape[-1] // 4  # Q4_1: 4 groups of 4 bytes; Q8_0: 8
     codes = codes.reshape(-1, TILE, blocks, groups, 4).permute(0, 2, 3, 1, 4)
     records = torch.cat([*scales, codes.reshape(-1, blocks, groups * TILE * 4)], dim=-1)
-    return BlockRecords(records.contiguous(), out_features)
+    return records.contiguous()

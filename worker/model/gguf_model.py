@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -27,6 +26,7 @@ from worker.model.gguf_tensors import GgufFileError, read_gguf_tensors
 from worker.model.linear import PackedLinear
 from worker.model.llama import LlamaModel
 from worker.model.rope import qkv_row_order
+from worker.model.table_embedding import FloatEmbedding, RecordsEmbedding
 
 # Our own kernels for these GGUF types; ggml's for the other quantized ones.
 NATIVE_TYPES = {"Q4_1": "q4_1", "Q8_0": "q8_0"}
@@ -76,6 +76,19 @@ def load_gguf_model(
     paths = WeightPaths()
     with torch.device("meta"):
         model = LlamaModel(config)
+    # The output layer first: its table is the largest tensor, and copying one holds it
+    # twice (its file pages, handed back once it is copied, and the copy), so the load's
+    # peak is least with nothing else built yet.
+    embed_name = "model.embed_tokens.weight"
+    head_name = "lm_head.weight" if "lm_head.weight" in tensors else embed_name
+    embed = _take(gguf_path, tensors, embed_name)
+    head_layer = _linear(gguf_path, tensors, [head_name], plan, paths, suffix="")
+    tied = head_layer if head_name == embed_name else None
+    model.embed_tokens = _embedding(gguf_path, embed, tied, paths)  # type: ignore[assignment]
+    # A tied table's embedding reads the head's copy, or the file (F32, woven types): then
+    # its pages go back too, and come back only for the rows looked up.
+    weights.release(_held_tensors(head_layer), [head_name])
+    model.lm_head = nn.Identity()  # type: ignore[assignment]  # the packed head replaces it
     for i, block in enumerate(model.blocks):
         for target, sources in FUSED.items():
             fused_name = f"model.layers.{i}.{target}"
@@ -85,47 +98,53 @@ def load_gguf_model(
             owner_path, attr = target.rsplit(".", 1)
             layer = _linear(gguf_path, tensors, names, plan, paths)
             setattr(block.get_submodule(owner_path), attr, layer)
-    embed = _take(gguf_path, tensors, "model.embed_tokens.weight")
-    head = tensors.get("lm_head.weight", embed)
-    head_name = "lm_head.weight" if "lm_head.weight" in tensors else "model.embed_tokens.weight"
-    head_layer = _linear(gguf_path, {head_name: head}, [head_name], plan, paths, suffix="")
-    # The packed head replaces it.
-    model.lm_head = nn.Identity()  # type: ignore[assignment]
-    if isinstance(embed, QuantTensor) and ggml_kernels_available():
-        model.embed_tokens = GgmlEmbedding(embed)  # type: ignore[assignment]
-        paths.add(embed.type_name, "rows read by ggml")
-    elif isinstance(embed, QuantTensor):
-        if embed.type_name not in NATIVE_TYPES:
-            _require_ggml(gguf_path, "token_embd.weight", embed.type_name)
-        # Without ggml, the one table our own kernels cannot look rows up in is widened.
-        embed = _dequantized(embed)
-        paths.add("token_embd", "float32 (no ggml here)")
+            parts = [f"{name}.{kind}" for name in names for kind in ("weight", "bias")]
+            weights.release(_held_tensors(layer), [n for n in parts if n in tensors])
     model = model.to_empty(device=device)
     with torch.no_grad():
-        if isinstance(embed, torch.Tensor):
-            model.embed_tokens.weight.copy_(embed)
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
                 param.copy_(_float(gguf_path, tensors, f"model.{name}") + config.norm_offset)
     model.build_rope_tables(device)
     model.install_head(head_layer, takes_float32=True)
     model.weight_paths = paths.describe()
-    weights.release_unused(_byte_tensors(model))
+    weights.release(_held_tensors(model))
     return model.eval()
 
 
-def _byte_tensors(model: nn.Module) -> list[torch.Tensor]:
-    """The uint8 tensors the model's modules hold (codes that may view the file)."""
-    found = []
-    for module in model.modules():
-        values = list(vars(module).values())
-        if isinstance(module, GgmlEmbedding):
-            values.append(module.table.data)
-        for value in values:
-            for item in value if isinstance(value, list) else [value]:
-                if isinstance(item, torch.Tensor) and item.dtype == torch.uint8:
+def _held_tensors(module: nn.Module) -> list[torch.Tensor]:
+    """The tensors a module and its children hold that may view the file (oneDNN's packed
+    weights have no storage of their own to view it with)."""
+    found = [*module.parameters(), *module.buffers()]
+    for sub in module.modules():
+        for value in vars(sub).values():
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(item, torch.Tensor):
                     found.append(item)
-    return found
+    return [t for t in found if not t.is_mkldnn]
+
+
+def _embedding(
+    gguf_path: Path, table: Weight, head: nn.Module | None, paths: WeightPaths
+) -> nn.Module:
+    """The token embedding; `head`: the output layer, when it is the same table (tied)."""
+    if isinstance(table, torch.Tensor):
+        paths.add("F32", "rows read from the file")
+        return FloatEmbedding(table)
+    if isinstance(head, BlockLinear):  # the head's records are the one copy of the table
+        paths.add(table.type_name, "rows read from the output layer's records")
+        return RecordsEmbedding(head.records, head.block_format, table.rows)
+    if ggml_kernels_available():
+        paths.add(table.type_name, "rows read by ggml")
+        return GgmlEmbedding(table)
+    if table.type_name not in NATIVE_TYPES:
+        _require_ggml(gguf_path, "token_embd.weight", table.type_name)
+    # Without ggml, our own types' rows are read out of records, as a tied head's are.
+    block_format = NATIVE_TYPES[table.type_name]
+    paths.add(table.type_name, "rows read from records (no ggml here)")
+    return RecordsEmbedding(
+        records_from_gguf(table.data, block_format).records, block_format, table.rows
+    )
 
 
 def _take(gguf_path: Path, tensors: dict[str, Weight], name: str) -> Weight:
@@ -164,13 +183,14 @@ def _linear(
     if any(b is not None for b in biases):
         bias = torch.cat([_float(gguf_path, tensors, f"{n}.bias") for n in names])
     if all(isinstance(p, torch.Tensor) for p in parts):
-        weight = torch.cat([p for p in parts if isinstance(p, torch.Tensor)])
+        floats = [p for p in parts if isinstance(p, torch.Tensor)]
+        weight = floats[0] if len(floats) == 1 else torch.cat(floats)  # one part: the file's
         paths.add("F32", "float32 layers", len(parts))
         return PackedLinear(weight.contiguous(), bias, float32_layout=plan.float32_layout)
     quant = [_as_quant(p) for p in parts]
     kinds = {q.type_name for q in quant}
     if len(kinds) == 1 and (kind := kinds.pop()) in NATIVE_TYPES and native_kernels_available():
-        raw = torch.cat([q.data for q in quant])
+        raw = quant[0].data if len(quant) == 1 else torch.cat([q.data for q in quant])
         records = records_from_gguf(raw, NATIVE_TYPES[kind])
         paths.add(kind, f"native {kind} kernel", len(parts))
         return BlockLinear(records, bias, NATIVE_TYPES[kind], plan.panel_rows)
@@ -194,11 +214,3 @@ def _as_quant(weight: Weight) -> QuantTensor:
     data = weight.float().contiguous().view(torch.uint8)
     rows, cols = weight.shape
     return QuantTensor(int(GGMLQuantizationType.F32), "F32", data, rows, cols)
-
-
-def _dequantized(table: QuantTensor) -> torch.Tensor:
-    from gguf import GGMLQuantizationType
-    from gguf.quants import dequantize
-
-    values = dequantize(table.data.numpy(), GGMLQuantizationType(table.type))
-    return torch.from_numpy(np.asarray(values, dtype=np.float32).reshape(table.rows, table.cols))

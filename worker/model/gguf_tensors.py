@@ -72,28 +72,37 @@ class GgufWeights:
 
     tensors: dict[str, torch.Tensor | QuantTensor]
     mapping: mmap.mmap
-    spans: list[tuple[int, int]]  # each tensor's bytes in the file
+    spans: dict[str, tuple[int, int]]  # each tensor's bytes in the file, by name
 
-    def release_unused(self, kept: Iterable[torch.Tensor]) -> None:
-        """Drop from this process's resident pages the tensors no kept tensor views.
+    def release(self, kept: Iterable[torch.Tensor], names: Iterable[str] | None = None) -> None:
+        """Forget the named tensors (default: all) and drop from this process's resident
+        pages those of their bytes that no kept tensor views.
 
-        Why: reading a tensor into a kernel's own layout touches its pages of the map, which
+        Why: copying a tensor into a kernel's own layout touches its pages of the map, which
         then count in the process's RSS as long as the map lives (a second copy of the
         weights). The kernels that read the file in place keep their pages; the rest are
-        handed back (they stay in the page cache, unowned)."""
+        handed back (they stay in the page cache, unowned), each as soon as it is copied, so
+        that the load's peak holds about one tensor twice, not every one."""
         base = _address(self.mapping)
-        views = sorted(
+        views = [
             (t.data_ptr() - base, t.data_ptr() - base + t.nbytes)
             for t in kept
             if base <= t.data_ptr() < base + len(self.mapping)
-        )
-        page = mmap.PAGESIZE
-        for start, end in self.spans:
-            if any(a < end and start < b for a, b in views):
-                continue
-            first = -(-start // page) * page  # whole pages inside the tensor only
-            if end - first >= page:
-                self.mapping.madvise(mmap.MADV_DONTNEED, first, (end - first) // page * page)
+        ]
+        for name in list(self.spans) if names is None else names:
+            self.tensors.pop(name, None)
+            start, end = self.spans[name]
+            if not any(a < end and start < b for a, b in views):
+                _hand_back(self.mapping, start, end)
+
+
+def _hand_back(mapping: mmap.mmap, start: int, end: int) -> None:
+    """Drop from this process's resident set the pages wholly inside [start, end): a page
+    shared with a neighbouring tensor stays with it."""
+    page = mmap.PAGESIZE
+    first = -(-start // page) * page
+    if end - first >= page:
+        mapping.madvise(mmap.MADV_DONTNEED, first, (end - first) // page * page)
 
 
 def _address(mapping: mmap.mmap) -> int:
@@ -114,7 +123,7 @@ def read_gguf_tensors(path: Path) -> GgufWeights:
         mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     data = np.frombuffer(mapping, dtype=np.uint8)
     tensors: dict[str, torch.Tensor | QuantTensor] = {}
-    spans = []
+    spans: dict[str, tuple[int, int]] = {}
     for info, (rows, cols, row_bytes) in zip(
         header.tensors, _row_layouts(path, header), strict=True
     ):
@@ -125,7 +134,7 @@ def read_gguf_tensors(path: Path) -> GgufWeights:
         except ValueError as exc:
             raise GgufFileError(f"{path}: {exc}") from exc
         kind = GGMLQuantizationType(info.type)
-        spans.append((info.offset, info.offset + rows * row_bytes))
+        spans[name] = (info.offset, info.offset + rows * row_bytes)
         raw = _view(data, info, rows * row_bytes).view(rows, row_bytes)
         heads = qk_heads(name, config) if config["model_type"] == "llama" else 0
         value: torch.Tensor | QuantTensor
@@ -141,6 +150,8 @@ def read_gguf_tensors(path: Path) -> GgufWeights:
             value = QuantTensor(int(kind), kind.name, raw, rows, cols)
             if heads:
                 value = value.take_rows(unpermute_rows(rows, heads))
+        if heads:  # copied in rotate-half order: its file pages are not needed again
+            _hand_back(mapping, *spans[name])
         tensors[name] = value
     return GgufWeights(tensors, mapping, spans)
 

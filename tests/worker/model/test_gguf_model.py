@@ -19,6 +19,7 @@ from worker.model.linear import PackedLinear
 from worker.model.loader import load_model
 from worker.model.model_dir import resolve_model_dir
 from worker.model.precision import resolve_quantization
+from worker.model.table_embedding import FloatEmbedding, RecordsEmbedding
 
 CPU = torch.device("cpu")
 # K-quants need rows of whole 256-value super-blocks.
@@ -131,6 +132,29 @@ def test_q4_1_and_q8_0_files_take_the_native_kernels_on_their_own_codes(
     )
 
 
+@needs_native_kernels
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+def test_a_tied_table_is_held_once_in_the_output_layers_records(tmp_path, monkeypatch, kind):
+    types = {f"{name}.weight": kind for name in (*LINEARS, "token_embd")}
+    folder = gguf_folder(tmp_path, monkeypatch, "llama", types, tie_word_embeddings=True)
+
+    model = load_model(folder, torch.float32, CPU, quantization="gguf")
+    reference = load_model(folder, torch.float32, CPU)
+
+    head, embedding = model._head, model.embed_tokens
+    assert isinstance(head, BlockLinear) and isinstance(embedding, RecordsEmbedding)
+    assert embedding.records is head.records
+    assert f"{kind} x1 → rows read from the output layer's records" in model.weight_paths
+    ids = torch.tensor(random_tokens(32, seed=9))
+    torch.testing.assert_close(embedding(ids), reference.embed_tokens(ids), atol=0, rtol=0)
+    torch.testing.assert_close(
+        sequence_logits(model, ids.tolist()),
+        sequence_logits(reference, ids.tolist()),
+        atol=2e-4,
+        rtol=1e-4,
+    )
+
+
 def test_a_float32_file_under_gguf_is_float32_layers(tmp_path, monkeypatch):
     folder = gguf_folder(tmp_path, monkeypatch, "mistral", None)
 
@@ -138,6 +162,7 @@ def test_a_float32_file_under_gguf_is_float32_layers(tmp_path, monkeypatch):
     reference = load_model(folder, torch.float32, CPU)
 
     assert isinstance(model.layers[0].mlp.gate_up_proj, PackedLinear)
+    assert isinstance(model.embed_tokens, FloatEmbedding)  # the file's table, not a copy
     ids = random_tokens(24, seed=7)
     torch.testing.assert_close(
         sequence_logits(model, ids), sequence_logits(reference, ids), atol=1e-4, rtol=1e-4
