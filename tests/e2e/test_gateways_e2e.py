@@ -41,7 +41,7 @@ def fleet() -> Iterator[Fleet]:
     gateways = [Server("gateway"), Server("gateway")]
     first, second = (gateway.worker_bind for gateway in gateways)
     workers = [
-        WorkerProcess(first, "--gateway", second, "--kv-cache-mb", "64", worker_id=worker_id)
+        WorkerProcess(first, "--gateway", second, "--kv-cache-mb", "256", worker_id=worker_id)
         for worker_id in WORKER_IDS
     ]
     running = Fleet(gateways, workers)
@@ -105,7 +105,9 @@ def test_a_killed_gateway_costs_only_its_requests_and_a_new_one_is_joined(fleet:
     # Nothing runs: once both gateways have the same figures, they are the workers' own.
     assert wait_until(lambda: finished(survivor) == finished(doomed), 10 * HEARTBEAT_S)
     finished_before = sum(finished(survivor).values())
-    long_ones = Streams(doomed.url, 6, 400).start()
+    # Long enough to outlast the workers' timeout on a fast CPU (a stream that ends before the
+    # workers learn of the kill is finished, not aborted): 3 a worker fit its 256 MiB cache.
+    long_ones = Streams(doomed.url, 6, 1500).start()
     assert wait_until(lambda: doomed.stats().get("open_requests") == 6, 30)
     assert wait_until(lambda: num_queued(survivor.stats()) >= 6, 30)  # the survivor sees them
     short_ones = Streams(survivor.url, 6, 24).start()
