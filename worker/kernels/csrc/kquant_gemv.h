@@ -127,11 +127,6 @@ inline void in_runs_of(int64_t m, const F& run) {
   the_rest<kMax - 1>(m - row, row, run);
 }
 
-template <typename F>
-inline void in_fours(int64_t m, const F& run) {
-  in_runs_of<4>(m, run);
-}
-
 // 8 fp16 at p as floats, each twice (lanes 2r and 2r + 1).
 inline __m512 halves_twice(const uint8_t* p) {
   const __m512 once = _mm512_castps256_ps512(load_halves(p));
