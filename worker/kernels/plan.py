@@ -28,6 +28,7 @@ import torch
 from worker.kernels.build import build_key, native_kernels_available
 from worker.kernels.kquant_probe import KQUANT_TYPES
 from worker.machine.cpu_info import cpu_signature
+from worker.machine.heap import release_freed_heap
 from worker.machine.paths import cache_root
 
 log = logging.getLogger(__name__)
@@ -72,15 +73,17 @@ def _plan_file() -> Path:
     return cache_root() / "kernels" / f"plan-{digest}.json"
 
 
-def _cached(path: Path) -> KernelPlan | None:
+def _cached(path: Path) -> tuple[KernelPlan, bool] | None:
+    """The plan cached at `path`, and whether it is provisional (measured on a busy CPU)."""
     try:
         data = json.loads(path.read_text())
-        return KernelPlan(
+        plan = KernelPlan(
             data["panel_rows"],
             data["float32_layout"],
             data["measured_ms"],
             {str(k): int(v) for k, v in data.get("kquant_panel_rows", {}).items()},
         )
+        return plan, bool(data.get("provisional", False))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -126,33 +129,46 @@ def _measured_plan(measure: Callable[[], KernelPlan]) -> KernelPlan:
     Why the lock and the load check: a plan measured while the CPU was shared (two workers
     of `astrai serve` probing side by side, or a test run) was cached for good, and one such
     plan sent 16-row steps to the slower kernel and float32 layers to the slower layout.
-    Workers now measure one at a time, and a plan measured on a busy CPU serves this process
-    only.
+    Workers measure one at a time, and a plan measured on a busy CPU is cached as
+    provisional: starts on a CPU still busy take it (measuring again there would be no better,
+    and costs seconds and the probe's memory at every start), and the first start on a quiet
+    CPU measures again and caches that for good.
     """
     path = _plan_file()
-    plan = _cached(path)
-    if plan is not None:
-        return plan
+    cached = _cached(path)
+    if cached is not None and _settled(cached[1]):
+        return cached[0]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.with_suffix(".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        plan = _cached(path)  # measured by another worker while this one waited
-        if plan is not None:
-            return plan
+        cached = _cached(path)  # measured by another worker while this one waited
+        if cached is not None and _settled(cached[1]):
+            return cached[0]
         busy = cpu_busy()
         start = time.monotonic()
         plan = measure()
+        release_freed_heap()  # the probe's weights, freed: not the worker's to keep in RSS
         elapsed = time.monotonic() - start
         log.info("measured this CPU's kernels in %.1f s: %s", elapsed, plan.describe())
         if busy:
             log.warning(
-                "the CPU was busy (load %.1f on %d cores): this plan is not cached, the next "
-                "start measures again",
+                "the CPU was busy (load %.1f on %d cores): this plan is provisional, the next "
+                "start on a quiet CPU measures again",
                 os.getloadavg()[0],
                 os.cpu_count() or 1,
             )
-            return plan
         staging = path.with_suffix(f".{time.monotonic_ns()}.tmp")
-        staging.write_text(json.dumps(asdict(plan), indent=2))
+        staging.write_text(json.dumps({**asdict(plan), "provisional": busy}, indent=2))
         staging.replace(path)  # atomic: a reader never sees half a file
     return plan
+
+
+def _settled(provisional: bool) -> bool:
+    """Whether to take a cached plan as it is: measured on a quiet CPU, or provisional while
+    the CPU is still busy."""
+    if not provisional:
+        return True
+    if cpu_busy():
+        log.info("this CPU's kernel plan was measured on a busy CPU, which is busy still: taken")
+        return True
+    return False

