@@ -26,6 +26,7 @@ from worker.engine.runner import ModelRunner
 from worker.engine.scheduler_config import SchedulerConfig
 from worker.engine.sequence import EventSink
 from worker.engine.speculation import DecodeCost, ServedDecodeCost, measure_decode_cost
+from worker.machine.heap import release_freed_heap
 from worker.model.config import with_context
 from worker.model.loader import load_config, load_model
 from worker.model.model_dir import resolve_model_dir
@@ -133,6 +134,7 @@ class InferenceEngine(GenerationAPI):
         if opts.speculative_tokens:
             probe = self._measure_decode_cost(runner, device)
             self.scheduler.drafter.cost = ServedDecodeCost(probe)
+        release_freed_heap()  # what the load built and dropped is not the worker's to hold
 
     def _measure_decode_cost(self, runner: ModelRunner, device: torch.device) -> DecodeCost:
         cost = measure_decode_cost(runner.forward_batch, device)
