@@ -106,10 +106,12 @@ def test_worker_memory_within_file_kv_and_runtime(measured: Measured) -> None:
     cache it held, and the runtime. The child's one thread changes its peak by under 3 MiB;
     the worker of `astrai serve --kv-cache-mb 16` peaked 4 MiB above it on the Q4_1 file and
     14 MiB below on the F16 one (the child's logits at every position): close enough that a
-    server start per type (~8 s) would add no other figure. Where this was written (2-core
-    AMD EPYC, Zen 5, AVX-512) every type held it by 18-25 MiB, F32 by 6: a tied table is
-    held once, and each tensor copied into a kernel's layout has its file pages handed back
-    as soon as it is copied (worker/model/gguf_model.py)."""
+    server start per type (~8 s) would add no other figure. On a fresh cache, as in CI, each
+    child also converts its file's tokenizer and the first one runs the kernel probe: on a
+    2-core Zen 4 every type held the rule by 54-89 MiB, F32 by 42 (docs/BENCHMARKS.md,
+    "Worker memory at load"): a tied table is held once, each tensor copied into a kernel's
+    layout has its file pages handed back as soon as it is copied (worker/model/gguf_model.py),
+    and the probe's, the tokenizer conversion's and the load's freed buffers go back too."""
     ours, mib = measured.ours, 2**20
     limit = measured.file_bytes + ours.kv_bytes + RUNTIME_MIB * mib
     peak, end = ours.peak_rss_bytes / mib, ours.rss_bytes / mib
