@@ -9,6 +9,7 @@ from typing import Any
 
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
 from gateway.errors import GatewayError, anthropic_error
+from gateway.protocols.anthropic_billing import without_billing_header
 from gateway.protocols.anthropic_body import MessagesBody
 from gateway.protocols.anthropic_context import applied_edits, thinking_turns_kept
 from gateway.protocols.base import (
@@ -36,8 +37,9 @@ class AnthropicResponseBuilder(ResponseBuilder):
         request = MessagesBody.parse(body)
         kept = thinking_turns_kept(request.context_management)
         messages = anthropic_messages(request.messages, kept)
-        if request.system is not None:
-            messages.insert(0, {"role": "system", "content": request.system})
+        system = without_billing_header(request.system)
+        if system is not None:
+            messages.insert(0, {"role": "system", "content": system})
         output_format = request.output_config.format if request.output_config else None
         structured = anthropic_output_format(output_format)
         tools = anthropic_tools(request)

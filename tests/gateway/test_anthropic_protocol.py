@@ -119,6 +119,25 @@ def test_system_blocks_and_content_blocks_join():
     ]
 
 
+BILLING = "x-anthropic-billing-header: cc_version=2.1.332.1c9; cc_entrypoint=sdk-cli; cch=36ee5;"
+
+
+@pytest.mark.parametrize(
+    ("system", "expected"),
+    [
+        ([text_block(BILLING), text_block("You are Claude Code.")], "You are Claude Code."),
+        (f"{BILLING}\nYou are Claude Code.", "You are Claude Code."),
+        ([text_block(BILLING)], None),  # nothing else: no system turn at all
+        ("You are Claude Code.\n" + BILLING, "You are Claude Code.\n" + BILLING),  # not first
+    ],
+)
+def test_claude_codes_leading_billing_line_is_not_part_of_the_prompt(system, expected):
+    """Its hashes change per request: kept, no two requests would share a cached prefix."""
+    request = parse(system=system)
+    system_turns = [m["content"] for m in request.messages if m["role"] == "system"]
+    assert system_turns == ([] if expected is None else [expected])
+
+
 def test_null_optional_fields_and_unknown_fields():
     request = parse(
         system=None,
