@@ -51,8 +51,10 @@ def test_the_fixture_is_what_claude_code_sends():
 def test_first_turn_renders_the_system_turn_where_it_stands():
     request = BUILDER.parse(FIRST["body"])
     body = FIRST["body"]
+    billing, *system = body["system"]  # the billing line is dropped (anthropic_billing.py)
+    assert billing["text"].startswith("x-anthropic-billing-header: cc_version=")
     assert request.messages == [
-        {"role": "system", "content": texts(body["system"])},
+        {"role": "system", "content": texts(system)},
         {"role": "user", "content": texts(body["messages"][0]["content"])},
         {"role": "system", "content": texts(body["messages"][1]["content"])},
     ]
