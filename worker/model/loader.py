@@ -61,8 +61,7 @@ def load_model(
         return load_gguf_model(source, config, device, plan)
     with torch.device("meta"):
         model = LlamaModel(config).to(dtype=dtype)
-    materialize(model, device)
-    model.tie_weights()
+    materialize(model, device)  # a tied embedding and head stay one parameter
     model.build_rope_tables(device)
     state = _read_safetensors(model_dir)
     ours = _fill(model, config, state)
