@@ -92,7 +92,7 @@ def compile_times() -> dict[str, float]:
     from worker.text.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(resolve_model_dir(default_model_path()))
-    compiler = GrammarCompiler(tokenizer.transformers_tokenizer, tokenizer.vocab_size)
+    compiler = GrammarCompiler(tokenizer.backend, tokenizer.vocab_size, tokenizer.eos_token_id)
     params = SamplingParams(tools=(TOOL,), tool_choice="required")
     compiler.matcher(SamplingParams(tools=({"name": "warm_up"},), tool_choice="required"))
     _compiled.cache_clear()

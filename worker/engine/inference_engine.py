@@ -90,6 +90,10 @@ class InferenceEngine(GenerationAPI):
         self.model_dir = resolve_model_dir(model)
         config = with_context(load_config(self.model_dir), opts.max_model_len, opts.rope_scaling)
         self.config = config
+        # Before the weights: reading tokenizer.json's vocabulary is a burst of allocations,
+        # handed back while the process is still small, and a bad folder fails fast.
+        self.tokenizer = Tokenizer(self.model_dir, config.eos_token_ids, opts.reasoning_parser)
+        release_freed_heap()
         choices = MachineChoices.resolve(opts, self.model_dir, config)
         self.quantization, self.dtype = choices.quantization, choices.dtype
         self.model = load_model(
@@ -104,7 +108,6 @@ class InferenceEngine(GenerationAPI):
         log.info("%s", choices.describe())
         if self.model.weight_paths:
             log.info("weights by type: %s", self.model.weight_paths)
-        self.tokenizer = Tokenizer(self.model_dir, config.eos_token_ids, opts.reasoning_parser)
         context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
         kv_dtype = self.dtype if opts.kv_cache_dtype == "auto" else DTYPES[opts.kv_cache_dtype]
         self.cache = build_cache(opts, config, kv_dtype, device, context)

@@ -65,7 +65,7 @@ class RequestFactory:
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
         self.grammars = GrammarCompiler(
-            tokenizer.transformers_tokenizer, vocab_size or tokenizer.vocab_size
+            tokenizer.backend, vocab_size or tokenizer.vocab_size, tokenizer.eos_token_id
         )
         self._seq_ids = itertools.count()
         self._request_ids = itertools.count()

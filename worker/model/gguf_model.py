@@ -19,6 +19,7 @@ from worker.kernels.build import native_kernels_available
 from worker.kernels.ggml_build import ggml_isa, ggml_kernels_available
 from worker.kernels.layout import records_from_gguf
 from worker.kernels.plan import KernelPlan
+from worker.machine.heap import release_freed_heap
 from worker.model.block_linear import BlockLinear
 from worker.model.config import ModelConfig
 from worker.model.ggml_linear import GgmlEmbedding, GgmlLinear, QuantTensor
@@ -77,6 +78,14 @@ def load_gguf_model(
     paths = WeightPaths()
     with torch.device("meta"):
         model = LlamaModel(config)
+    # The norms, copied first: a read of the map maps the pages around it (on recent kernels
+    # a whole large folio of the page cache), so once the layers' pages are handed back a
+    # norm read would map tens of MiB of them again for a few KiB.
+    norms = {
+        name: _float(gguf_path, tensors, f"model.{name}") + config.norm_offset
+        for name, _ in model.named_parameters()
+        if name.endswith("norm.weight")
+    }
     # The output layer first: its table is the largest tensor, and copying one holds it
     # twice (its file pages, handed back once it is copied, and the copy), so the load's
     # peak is least with nothing else built yet.
@@ -101,11 +110,15 @@ def load_gguf_model(
             setattr(block.get_submodule(owner_path), attr, layer)
             parts = [f"{name}.{kind}" for name in names for kind in ("weight", "bias")]
             weights.release(_held_tensors(layer), [n for n in parts if n in tensors])
+        # A layer's temporaries (a fused weight's concatenation, a copy into a kernel's
+        # layout) are freed between the kernels' allocations, in holes the C heap keeps
+        # mapped: handed back each block, they do not add up to the load's peak.
+        release_freed_heap()
     materialize(model, device)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.copy_(_float(gguf_path, tensors, f"model.{name}") + config.norm_offset)
+            if name in norms:
+                param.copy_(norms.pop(name))
     model.build_rope_tables(device)
     model.install_head(head_layer, takes_float32=True)
     model.weight_paths = paths.describe()

@@ -11,11 +11,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import llguidance
-import llguidance.hf
 import numpy as np
+import tokenizers
 import torch
 
 from common.sampling_params import SamplingParams
@@ -68,9 +68,12 @@ class GrammarCompiler:
     (common.structured_output).
     """
 
-    def __init__(self, hf_tokenizer: Any, vocab_size: int) -> None:
-        self._hf_tokenizer = hf_tokenizer
+    def __init__(
+        self, tokenizer: tokenizers.Tokenizer, vocab_size: int, eos_token_id: int | None
+    ) -> None:
+        self._source = tokenizer
         self.vocab_size = vocab_size
+        self._eos_token_id = eos_token_id
         self._tokenizer: llguidance.LLTokenizer | None = None
         self._lock = threading.Lock()
         self.compile_seconds = 0.0
@@ -103,8 +106,9 @@ class GrammarCompiler:
     def _llg_tokenizer(self) -> llguidance.LLTokenizer:
         with self._lock:
             if self._tokenizer is None:
-                self._tokenizer = llguidance.hf.from_tokenizer(
-                    self._hf_tokenizer, n_vocab=self.vocab_size
+                # llguidance reads the tokenizer as tokenizer.json writes it.
+                self._tokenizer = llguidance.LLTokenizer(
+                    self._source.to_str(), n_vocab=self.vocab_size, eos_token=self._eos_token_id
                 )
             return self._tokenizer
 

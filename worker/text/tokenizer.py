@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import tokenizers
+
 from worker.errors import RequestError
+from worker.text.chat_template import ChatTemplate, ChatTemplateError
 from worker.text.reasoning_format import reasoning_tags
 from worker.text.system_turns import has_later_system_turn, merge_system_turns
+from worker.text.tokenizer_folder import read_tokenizer_folder
 from worker.text.tool_prompt import generic_messages, template_messages, template_tools
 
 REPLACEMENT_CHAR = "\ufffd"
@@ -19,44 +23,57 @@ DETOKENIZE_CONTEXT = 5
 
 
 class Tokenizer:
-    """transformers' tokenizer for a model folder, with the calls the engine needs."""
+    """A model folder's tokenizer (the tokenizers library) and chat template (Jinja, rendered
+    as transformers renders it), with the calls the engine needs. transformers itself is not
+    imported: a worker's start and memory would carry its modules for nothing."""
 
     def __init__(
-        self, model_dir: Path, eos_token_ids: Sequence[int] = (), reasoning_parser: str = "auto"
+        self,
+        model_dir: Path,
+        eos_token_ids: Sequence[int] = (),
+        reasoning_parser: str = "auto",
+        chat_template: str | None = None,
     ) -> None:
-        from transformers import AutoTokenizer, PretrainedConfig
-
-        settings = model_dir / "tokenizer_config.json"
-        named = settings.is_file() and "tokenizer_class" in json.loads(settings.read_text())
-        # A tokenizer that names its class needs no model config: reading one imports the
-        # model's transformers modules (a visible part of every start) to learn what is known
-        # already.
-        extra = {"config": PretrainedConfig()} if named else {}
-        self._hf = AutoTokenizer.from_pretrained(str(model_dir), **extra)
-        self._backend = self._hf.backend_tokenizer
+        """`chat_template`: a Jinja source used instead of the folder's templates."""
+        folder = read_tokenizer_folder(model_dir)  # TokenizerFolderError: a startup error
+        if chat_template is not None:
+            folder = dataclasses.replace(folder, chat_templates={"default": chat_template})
+        self._folder = folder
+        self._backend = folder.backend
         eos = set(eos_token_ids)
-        if self._hf.eos_token_id is not None:
-            eos.add(self._hf.eos_token_id)
+        if folder.eos_token_id is not None:
+            eos.add(folder.eos_token_id)
         self.eos_token_ids = frozenset(eos)
-        self.vocab_size = len(self._hf)
+        self.vocab_size = self._backend.get_vocab_size(with_added_tokens=True)
+        self._templates: dict[bool, ChatTemplate | None] = {}
         # The tags of the model's reasoning, None for a model that does not reason.
-        self.reasoning_tags = reasoning_tags(reasoning_parser, self._hf.chat_template)
+        self.reasoning_tags = reasoning_tags(reasoning_parser, self.chat_template_source)
 
     @property
-    def transformers_tokenizer(self) -> Any:
-        return self._hf
+    def backend(self) -> tokenizers.Tokenizer:
+        """The tokenizers library's tokenizer (grammars are built over its vocabulary)."""
+        return self._backend
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """The tokenizer's own end-of-sequence token (eos_token_ids adds the model's)."""
+        return self._folder.eos_token_id
+
+    @property
+    def chat_template_source(self) -> str | None:
+        return self._folder.chat_template(with_tools=False)
 
     @property
     def has_chat_template(self) -> bool:
-        return bool(self._hf.chat_template)
+        return bool(self.chat_template_source)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return list(self._hf.encode(text, add_special_tokens=add_special_tokens))
+        return list(self._backend.encode(text, add_special_tokens=add_special_tokens).ids)
 
     @property
     def template_takes_tools(self) -> bool:
         """The chat template renders `tools` and tool turns itself."""
-        return "tools" in (self._hf.chat_template or "")
+        return "tools" in (self._folder.chat_template(with_tools=True) or "")
 
     def encode_chat(
         self,
@@ -71,44 +88,64 @@ class Tokenizer:
         `template_kwargs` are the template's own variables (enable_thinking)."""
         if not self.has_chat_template:
             raise RequestError("messages need a chat template, and this model has none", "messages")
-        extra: dict[str, Any] = dict(template_kwargs or {})
-        extra["add_generation_prompt"] = not continue_final
-        if continue_final:
-            if not messages or messages[-1]["role"] != "assistant" or not messages[-1]["content"]:
-                message = "continuing needs the chat to end with a non-empty assistant message"
-                raise RequestError(message, "messages")
-            extra["continue_final_message"] = True
+        if continue_final and (
+            not messages or messages[-1]["role"] != "assistant" or not messages[-1]["content"]
+        ):
+            message = "continuing needs the chat to end with a non-empty assistant message"
+            raise RequestError(message, "messages")
+        template_tools_: list[dict[str, Any]] | None = None
         if self.template_takes_tools:
             rendered: list[dict[str, Any]] = template_messages(messages)
             if tools:
-                extra["tools"] = template_tools(tools)
+                template_tools_ = template_tools(tools)
         else:
             rendered = list(generic_messages(messages, tools))
+        variables = dict(template_kwargs or {})
         try:
-            return self._apply_template(rendered, extra)
+            return self._apply_template(rendered, template_tools_, continue_final, variables)
         except Exception as exc:
-            if not template_kwargs:
+            if not variables:
                 raise
             # The same chat renders without them: the request's variables broke the template.
-            self._apply_template(
-                rendered, {k: v for k, v in extra.items() if k not in template_kwargs}
-            )
+            self._apply_template(rendered, template_tools_, continue_final, {})
             message = f"chat_template_kwargs: the chat template fails with them: {exc}"
             raise RequestError(message, "chat_template_kwargs") from None
 
-    def _apply_template(self, messages: list[dict[str, Any]], extra: dict[str, Any]) -> list[int]:
+    def _template(self, with_tools: bool) -> ChatTemplate:
+        if with_tools not in self._templates:
+            source = self._folder.chat_template(with_tools)
+            compiled = ChatTemplate(source, self._folder.special_tokens) if source else None
+            self._templates[with_tools] = compiled
+        template = self._templates[with_tools]
+        if template is None:
+            raise RequestError("messages need a chat template, and this model has none", "messages")
+        return template
+
+    def _apply_template(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        continue_final: bool,
+        variables: dict[str, Any],
+    ) -> list[int]:
         """The template over `messages`; one that refuses a system turn past the first
         (many raise "roles must alternate") gets the system turns merged into the first."""
         from jinja2 import TemplateError
 
+        template = self._template(with_tools=tools is not None)
+
+        def render(chat: list[dict[str, Any]]) -> str:
+            return template.render(chat, tools, not continue_final, continue_final, variables)
+
         try:
-            ids = self._hf.apply_chat_template(messages, tokenize=True, return_dict=False, **extra)
+            text = render(messages)
         except TemplateError:
             if not has_later_system_turn(messages):
                 raise
-            merged = merge_system_turns(messages)
-            ids = self._hf.apply_chat_template(merged, tokenize=True, return_dict=False, **extra)
-        return list(ids)
+            text = render(merge_system_turns(messages))
+        except ChatTemplateError as exc:
+            raise RequestError(str(exc), "messages") from None
+        return self.encode(text, add_special_tokens=False)
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self._backend.decode(list(token_ids), skip_special_tokens=skip_special_tokens)

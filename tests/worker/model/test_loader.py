@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -279,3 +280,24 @@ def test_gguf_tokenizer_is_saved_beside_the_weights(tmp_path, monkeypatch):
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
 
     assert tokenizer("hi")["input_ids"] == [ord("h"), ord("i")]
+
+
+def test_gguf_without_a_tokenizer_is_refused_naming_the_file(tmp_path):
+    """The conversion runs in a child process: its refusal reaches the worker as one
+    GgufFileError naming the file and the cause, not as a child's traceback."""
+    from gguf import GGUFWriter
+
+    from worker.model.gguf_tensors import GgufFileError
+    from worker.model.gguf_tokenizer import save_gguf_tokenizer
+
+    path = tmp_path / "no-tokenizer.gguf"
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    with pytest.raises(GgufFileError, match=r"no-tokenizer\.gguf: its tokenizer cannot be read"):
+        save_gguf_tokenizer(path, tmp_path / "folder")

@@ -47,7 +47,7 @@ def tokenizer() -> Tokenizer:
 
 @pytest.fixture(scope="module")
 def compiler(tokenizer: Tokenizer) -> GrammarCompiler:
-    return GrammarCompiler(tokenizer.transformers_tokenizer, tokenizer.vocab_size)
+    return GrammarCompiler(tokenizer.backend, tokenizer.vocab_size, tokenizer.eos_token_id)
 
 
 def masks_for(tokenizer: Tokenizer) -> GrammarMasks:

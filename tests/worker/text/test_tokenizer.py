@@ -98,14 +98,12 @@ def test_a_system_turn_is_rendered_where_it_stands(tokenizer: Tokenizer):
     )
 
 
-def test_a_template_that_refuses_later_system_turns_gets_them_merged(
-    tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
-):
+def test_a_template_that_refuses_later_system_turns_gets_them_merged(default_model_dir: Path):
     strict = (
         "{% for m in messages %}{% if m.role == 'system' and not loop.first %}"
         "{{ raise_exception('System role only first') }}{% endif %}"
         "[{{ m.role }}]{{ m.content }}{% endfor %}"
     )
-    monkeypatch.setattr(tokenizer.transformers_tokenizer, "chat_template", strict)
+    tokenizer = Tokenizer(default_model_dir, chat_template=strict)
     ids = tokenizer.encode_chat(SYSTEM_MID_CHAT)
     assert tokenizer.decode(ids, skip_special_tokens=False) == "[system]S1\n\nS2[user]Hi"
