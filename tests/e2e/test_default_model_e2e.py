@@ -52,30 +52,6 @@ def test_stats_show_the_prefix_cache_at_work(server: Server):
     assert worker["model"] == MODEL and worker["prefix_cache_hit_tokens"] > 0
 
 
-def test_int4_compiled_worker_answers_a_real_question():
-    """The fastest single-stream setup, `--quantization int4 --compile`, through the whole
-    stack: the GGUF's own 4-bit codes, the decode step compiled before the worker registers."""
-    server = Server("serve", "--kv-cache-mb", "64", "--quantization", "int4", "--compile")
-    try:
-        server.wait_ready(timeout_s=600)  # compiling two graphs takes minutes on 2 cores
-        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
-        stream = client.chat.completions.create(
-            model=MODEL, messages=QUESTION, max_tokens=20, temperature=0, stream=True
-        )
-        assert "Paris" in "".join(c.choices[0].delta.content or "" for c in stream)
-        # Two streams at once take the compiled several-sequence graph.
-        replies = [
-            client.chat.completions.create(
-                model=MODEL, messages=QUESTION, max_tokens=20, temperature=0, stream=True
-            )
-            for _ in range(2)
-        ]
-        assert all("Paris" in "".join(c.choices[0].delta.content or "" for c in r) for r in replies)
-    finally:
-        server.stop()
-        assert not server.group_alive()
-
-
 def test_logit_bias_steers_the_tokens_and_a_bad_id_is_a_400(server: Server):
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
     forced = client.chat.completions.create(
