@@ -76,7 +76,15 @@ def _settings(folder: Path) -> dict[str, Any]:
 def _backend(folder: Path, settings: dict[str, Any]) -> tokenizers.Tokenizer:
     path = folder / "tokenizer.json"
     if not path.is_file():
-        return _converted_slow_tokenizer(folder)
+        slow = (
+            " (only a SentencePiece tokenizer.model)"
+            if (folder / "tokenizer.model").is_file()
+            else ""
+        )
+        raise TokenizerFolderError(
+            f"{folder}: no tokenizer.json{slow}; this server reads fast tokenizers, which "
+            "transformers writes: AutoTokenizer.from_pretrained(folder).save_pretrained(folder)"
+        )
     try:
         backend = tokenizers.Tokenizer.from_file(str(path))
     except Exception as exc:  # the Rust library raises its own Exception type
@@ -86,21 +94,6 @@ def _backend(folder: Path, settings: dict[str, Any]) -> tokenizers.Tokenizer:
     backend.no_padding()
     _add_missing_tokens(backend, settings)
     return backend
-
-
-def _converted_slow_tokenizer(folder: Path) -> tokenizers.Tokenizer:
-    """A folder with only a slow tokenizer (SentencePiece's tokenizer.model): transformers
-    converts it, in this one case, as it would for its own fast tokenizer."""
-    if not (folder / "tokenizer.model").is_file():
-        raise TokenizerFolderError(f"{folder}: no tokenizer.json or tokenizer.model")
-    from transformers import AutoTokenizer
-
-    try:
-        slow = AutoTokenizer.from_pretrained(str(folder))
-        converted: tokenizers.Tokenizer = slow.backend_tokenizer
-    except Exception as exc:  # transformers and sentencepiece raise many kinds
-        raise TokenizerFolderError(f"{folder}: its tokenizer cannot be converted ({exc})") from None
-    return converted
 
 
 def _add_missing_tokens(backend: tokenizers.Tokenizer, settings: dict[str, Any]) -> None:

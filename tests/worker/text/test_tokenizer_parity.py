@@ -12,7 +12,7 @@ import pytest
 
 from worker.text.chat_template import ChatTemplate
 from worker.text.tokenizer import Tokenizer
-from worker.text.tokenizer_folder import read_tokenizer_folder
+from worker.text.tokenizer_folder import TokenizerFolderError, read_tokenizer_folder
 
 QWEN3_TEMPLATE = Path(__file__).parents[1] / "fixtures" / "qwen3_chat_template.jinja"
 # Trims what it renders (as many templates do), so continuing must cut at the trimmed text.
@@ -183,3 +183,22 @@ def test_template_variables_reach_the_template(folders: dict[str, Path]) -> None
     )
     assert "<think>" in expected
     assert template.render(chat, variables={"enable_thinking": False}) == expected
+
+
+def test_a_folder_without_tokenizer_json_is_refused_saying_what_to_do(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer.model").write_bytes(b"")
+    with pytest.raises(TokenizerFolderError, match=r"no tokenizer\.json \(only a SentencePiece"):
+        read_tokenizer_folder(tmp_path)
+
+
+def test_added_tokens_only_in_tokenizer_config_are_added(default_model_dir: Path, tmp_path):
+    """Older saves listed some added tokens in tokenizer_config.json alone."""
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / name).write_text((default_model_dir / name).read_text())
+    settings = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    size = read_tokenizer_folder(tmp_path).backend.get_vocab_size(with_added_tokens=True)
+    settings["added_tokens_decoder"] = {str(size): {"content": "<extra>", "special": True}}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(settings))
+    tokenizer = Tokenizer(tmp_path)
+    assert tokenizer.vocab_size == size + 1
+    assert tokenizer.encode("a<extra>b", add_special_tokens=False)[1] == size
