@@ -32,6 +32,7 @@ from worker.model.config import with_context
 from worker.model.loader import load_config, load_model
 from worker.model.model_dir import gguf_source, resolve_model_dir
 from worker.model.precision import DTYPES
+from worker.text.chat_template import read_template_file
 from worker.text.tokenizer import Tokenizer
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -93,7 +94,10 @@ class InferenceEngine(GenerationAPI):
         self.config = config
         # Before the weights: reading tokenizer.json's vocabulary is a burst of allocations,
         # handed back while the process is still small, and a bad folder fails fast.
-        self.tokenizer = Tokenizer(self.model_dir, config.eos_token_ids, opts.reasoning_parser)
+        template = read_template_file(opts.chat_template) if opts.chat_template else None
+        self.tokenizer = Tokenizer(
+            self.model_dir, config.eos_token_ids, opts.reasoning_parser, chat_template=template
+        )
         release_freed_heap()
         choices = MachineChoices.resolve(opts, self.model_dir, config)
         self.quantization, self.dtype = choices.quantization, choices.dtype

@@ -141,6 +141,16 @@ class EngineOptions:
         ),
     )
 
+    # Read by the worker at start (worker.text.chat_template.read_template_file).
+    chat_template: str | None = field(
+        default=None,
+        metadata=option(
+            "a Jinja chat template file used instead of the model's own (tokenizer_config.json, "
+            "chat_template.jinja, or a GGUF's tokenizer.chat_template)",
+            metavar="FILE",
+        ),
+    )
+
     def __post_init__(self) -> None:
         if isinstance(self.served_model_name, str):  # the engine API's one name
             object.__setattr__(self, "served_model_name", (self.served_model_name,))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -88,6 +89,20 @@ def _environment() -> ImmutableSandboxedEnvironment:
     env.globals["strftime_now"] = _strftime_now
     env.globals["namespace"] = _TemplateNamespace
     return env
+
+
+def read_template_file(path: str) -> str:
+    """A chat template file's source; ValueError naming the file where it cannot be read or
+    is not a Jinja template."""
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"chat template {path}: cannot be read ({exc})") from None
+    try:
+        _environment().parse(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ValueError(f"chat template {path}: line {exc.lineno}: {exc.message}") from None
+    return source
 
 
 class ChatTemplate:
