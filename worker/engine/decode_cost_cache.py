@@ -7,7 +7,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -16,6 +16,7 @@ from worker.engine.speculation import DecodeCost
 from worker.kernels.plan import cpu_busy
 from worker.machine.cpu_info import cpu_signature
 from worker.machine.paths import cache_root
+from worker.model.model_dir import gguf_source
 
 log = logging.getLogger(__name__)
 # Bumped when the probe's rows or method change: older tables are then measured again.
@@ -23,11 +24,12 @@ COST_VERSION = 1
 MODEL_FILES = (".json", ".safetensors", ".gguf")
 
 
-def model_identity(model_dir: Path, weight_files: Iterable[Path] = ()) -> str:
-    """The folder's config and weight files (and a GGUF's), by name, size and change time:
-    another model, or the same one changed, is measured again."""
+def model_identity(model_dir: Path) -> str:
+    """The folder's config and weight files (and the GGUF it reads), by name, size and
+    change time: another model, or the same one changed, is measured again."""
     files = sorted(p for p in model_dir.iterdir() if p.suffix in MODEL_FILES)
-    files += sorted(weight_files)
+    if (source := gguf_source(model_dir)) is not None:
+        files.append(source)
     return ";".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
 
 

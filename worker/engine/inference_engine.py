@@ -30,7 +30,7 @@ from worker.engine.speculation import DecodeCost, ServedDecodeCost, measure_deco
 from worker.machine.heap import release_freed_heap
 from worker.model.config import with_context
 from worker.model.loader import load_config, load_model
-from worker.model.model_dir import gguf_source, resolve_model_dir
+from worker.model.model_dir import resolve_model_dir
 from worker.model.precision import DTYPES
 from worker.text.chat_template import read_template_file
 from worker.text.tokenizer import Tokenizer
@@ -142,17 +142,13 @@ class InferenceEngine(GenerationAPI):
         if opts.speculative_tokens:
             setup = f"{choices!r}|compile {opts.compile}|kv {kv_dtype}|{torch.get_num_threads()}"
             probe, measured = cached_decode_cost(
-                f"{model_identity(self.model_dir, self._weight_files())}|{setup}",
+                f"{model_identity(self.model_dir)}|{setup}",
                 lambda: self._measure_decode_cost(runner, device),
             )
             if not measured:
                 log.info("decode-cost table of this model and machine: from the cache")
             self.scheduler.drafter.cost = ServedDecodeCost(probe)
         release_freed_heap()  # what the load built and dropped is not the worker's to hold
-
-    def _weight_files(self) -> list[Path]:
-        source = gguf_source(self.model_dir)
-        return [] if source is None else [source]
 
     def _measure_decode_cost(self, runner: ModelRunner, device: torch.device) -> DecodeCost:
         cost = measure_decode_cost(runner.forward_batch, device)

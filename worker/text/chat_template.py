@@ -111,7 +111,6 @@ class ChatTemplate:
     itself refuses the chat, ChatTemplateError where continuing cannot work."""
 
     def __init__(self, source: str, special_tokens: Mapping[str, str]) -> None:
-        self.source = source
         self._template = _environment().from_string(source)
         self._special_tokens = dict(special_tokens)
 

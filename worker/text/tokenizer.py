@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import tokenizers
+from jinja2 import TemplateError
 
 from worker.errors import RequestError
 from worker.text.chat_template import ChatTemplate, ChatTemplateError
@@ -45,7 +46,7 @@ class Tokenizer:
             eos.add(folder.eos_token_id)
         self.eos_token_ids = frozenset(eos)
         self.vocab_size = self._backend.get_vocab_size(with_added_tokens=True)
-        self._templates: dict[bool, ChatTemplate | None] = {}
+        self._templates: dict[bool, ChatTemplate] = {}
         # The tags of the model's reasoning, None for a model that does not reason.
         self.reasoning_tags = reasoning_tags(reasoning_parser, self.chat_template_source)
 
@@ -112,14 +113,11 @@ class Tokenizer:
             raise RequestError(message, "chat_template_kwargs") from None
 
     def _template(self, with_tools: bool) -> ChatTemplate:
+        """Compiled at first use; encode_chat has checked that the folder has one."""
         if with_tools not in self._templates:
-            source = self._folder.chat_template(with_tools)
-            compiled = ChatTemplate(source, self._folder.special_tokens) if source else None
-            self._templates[with_tools] = compiled
-        template = self._templates[with_tools]
-        if template is None:
-            raise RequestError("messages need a chat template, and this model has none", "messages")
-        return template
+            source = self._folder.chat_template(with_tools) or ""
+            self._templates[with_tools] = ChatTemplate(source, self._folder.special_tokens)
+        return self._templates[with_tools]
 
     def _apply_template(
         self,
@@ -130,8 +128,6 @@ class Tokenizer:
     ) -> list[int]:
         """The template over `messages`; one that refuses a system turn past the first
         (many raise "roles must alternate") gets the system turns merged into the first."""
-        from jinja2 import TemplateError
-
         template = self._template(with_tools=tools is not None)
 
         def render(chat: list[dict[str, Any]]) -> str:
