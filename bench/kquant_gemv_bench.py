@@ -20,7 +20,12 @@ from worker.kernels.kquant_probe import KQUANT_TYPES, gemv_available
 from worker.kernels.timing import best_ms, run_each
 from worker.machine.cpu_info import describe
 
-SHAPES = {"qkv": (3072, 2048), "gate_up": (16384, 2048), "down": (2048, 8192)}
+SHAPES = {
+    "qkv": (3072, 2048),
+    "gate_up": (16384, 2048),
+    "down": (2048, 8192),
+    "output": (49152, 2048),
+}
 WEIGHTS = 16
 
 
@@ -30,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rows", default="1,2,4,8", help="row counts, comma-separated")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per point")
+    parser.add_argument("--types", default=",".join(KQUANT_TYPES), help="K-quant types")
+    parser.add_argument("--shapes", default="qkv,gate_up,down", help=f"of {', '.join(SHAPES)}")
     args = parser.parse_args(argv)
     if not gemv_available():
         raise SystemExit("needs the native kernels built with AVX-512 VNNI (make install)")
@@ -42,8 +49,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print("| type | layer (out × in) | rows | ggml ms (GB/s) | gemv ms (GB/s) | ggml / gemv |")
     print("|---|---|---:|---:|---:|---:|")
-    for name, kind in KQUANT_TYPES.items():
-        for layer, (out, width) in SHAPES.items():
+    for name in args.types.split(","):
+        kind = KQUANT_TYPES[name]
+        for layer in args.shapes.split(","):
+            out, width = SHAPES[layer]
             woven = int(name == "Q4_K")
             codes = ggml.quantize(torch.randn(out, width, generator=generator) * 0.02, kind)
             codes = ggml.interleave(codes, kind, width) if woven else codes

@@ -46,7 +46,8 @@ def gemv_available() -> bool:
 def measure_kquant_rows(measured: dict[str, float]) -> dict[str, int]:
     """Per K-quant type, the fewest rows at which the panel kernel took < 0.95x the time of
     the kernel fewer rows take (our gemv where there is one, else ggml's); 0: at none of the
-    candidates. Every timing goes into `measured` (ms per matmul)."""
+    candidates, and for Q6_K wherever our gemv is (ggml_linear.py's _kernel_layout). Every
+    timing goes into `measured` (ms per matmul)."""
     ggml, ours = torch.ops.astrai_ggml, torch.ops.astrai
     gemv = gemv_available()
     generator = torch.Generator().manual_seed(0)
@@ -59,6 +60,9 @@ def measure_kquant_rows(measured: dict[str, float]) -> dict[str, int]:
         codes = ggml.interleave(codes, kind, width) if woven else codes
         weights = [codes.clone() for _ in range(_WEIGHTS)]
         if name == "Q4_K" and not woven:  # our Q4_K kernel reads ggml's woven bytes only
+            rows_by_type[name] = 0
+            continue
+        if name == "Q6_K" and gemv:  # grouped for the gemv, which takes every row count
             rows_by_type[name] = 0
             continue
         rows_by_type[name] = 0

@@ -37,11 +37,12 @@ class GgmlLinear(nn.Module):
     others one dot product per output (`vec_dot`).
 
     `panel_rows` (type name → rows, from the kernel plan): a Q4_K part woven so, or a Q6_K
-    part, multiplies that many rows or more on our panel kernels instead
+    part without our gemv, multiplies that many rows or more on our panel kernels instead
     (csrc/kquant_matmul.cpp), reading the same bytes. Fewer rows of woven Q4_K parts take
     our gemv (csrc/kquant_gemv.h: ggml's arithmetic, the weights streamed ahead of it), and
-    so do Q6_K parts, where the CPU has it and `gemv` is not False; side by side, such parts
-    of one type are one weight.
+    so do Q6_K parts at every row count, grouped once here (csrc/kquant_q6k_grouped.h),
+    where the CPU has it and `gemv` is not False; side by side, such parts of one type are
+    one weight.
     """
 
     def __init__(
@@ -56,14 +57,14 @@ class GgmlLinear(nn.Module):
             raise ValueError("GgmlLinear needs parts with one common input width")
         ops = torch.ops.astrai_ggml
         self.woven = [int(ops.can_interleave(p.type, p.rows)) for p in parts]
-        weights = [
-            ops.interleave(p.data, p.type, p.cols) if woven else p.data.contiguous()
-            for p, woven in zip(parts, self.woven, strict=True)
-        ]
         use_gemv = gemv_available() if gemv is None else gemv
         on_gemv = [
             use_gemv and p.type_name in GEMV_TYPES and (bool(woven) or not GEMV_TYPES[p.type_name])
             for p, woven in zip(parts, self.woven, strict=True)
+        ]
+        weights = [
+            _kernel_layout(p, bool(woven), gemv)
+            for p, woven, gemv in zip(parts, self.woven, on_gemv, strict=True)
         ]
         self.on_gemv = on_gemv
         self.segments, self.weights = _segments(weights, [p.type for p in parts], on_gemv)
@@ -76,8 +77,8 @@ class GgmlLinear(nn.Module):
         self._op = torch.ops.astrai_ggml.linear.default
         # Per part, from how many rows the panel kernel takes it (0: never).
         self.part_panel_rows = [
-            _panel_rows(p, woven, panel_rows or {})
-            for p, woven in zip(parts, self.woven, strict=True)
+            0 if gemv and p.type_name == "Q6_K" else _panel_rows(p, woven, panel_rows or {})
+            for p, woven, gemv in zip(parts, self.woven, on_gemv, strict=True)
         ]
         rows = [r for r in self.part_panel_rows if r]
         self.panel_from = min(rows) if rows else 0
@@ -143,8 +144,21 @@ class Segment(NamedTuple):
     weight: torch.Tensor
 
 
-# The types our gemv reads (csrc/kquant_gemv.h): Q4_K as ggml weaves it, Q6_K as the file has it.
+# The types our gemv reads (csrc/kquant_gemv.h): Q4_K as ggml weaves it, Q6_K grouped
+# (csrc/kquant_q6k_grouped.h).
 GEMV_TYPES = {"Q4_K": True, "Q6_K": False}  # name → whether it must be woven
+
+
+def _kernel_layout(part: QuantTensor, woven: bool, on_gemv: bool) -> torch.Tensor:
+    """The part's bytes as its kernel reads them: woven by ggml's repack, Q6_K grouped for
+    our gemv (the same bytes rearranged, at every row count: Q6_K's panels have no tile-unit
+    path, and their float32 products do a quarter of an 8-bit dot product's work per
+    instruction), else as the file holds them."""
+    if woven:
+        return torch.ops.astrai_ggml.interleave(part.data, part.type, part.cols)
+    if on_gemv and part.type_name == "Q6_K":
+        return torch.ops.astrai.kquant_q6k_group(part.data)
+    return part.data.contiguous()
 
 
 def _segments(

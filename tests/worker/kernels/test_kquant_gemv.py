@@ -44,10 +44,11 @@ def test_the_gemv_computes_what_ggml_computes_on_the_same_bytes(kind, shape):
     p = part(kind, out, k, seed=out + k)
     woven = int(kind == T.Q4_K)
     weight = ggml().interleave(p.data, p.type, k) if woven else p.data
+    ours_bytes = weight if woven else torch.ops.astrai.kquant_q6k_group(p.data)
     exact = dequantized(p)
     for rows in ROWS:
         x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
-        ours = torch.ops.astrai.kquant_gemv(x, weight, int(kind), out)
+        ours = torch.ops.astrai.kquant_gemv(x, ours_bytes, int(kind), out)
         theirs = ggml().linear(x, [weight], [int(kind)], [out], [woven], None)
         scale = theirs.abs().max()
         # Both round the activations to 8 bits per 256 inputs and multiply integers: equal
@@ -89,16 +90,37 @@ def test_a_fused_layer_multiplies_each_run_of_one_type_as_one_weight():
 
 
 @needs_gemv
-def test_rows_past_the_panels_threshold_leave_the_gemv_for_the_panels():
+def test_rows_past_the_panels_threshold_leave_the_gemv_for_the_panels_q6_k_never():
     parts = [part(T.Q4_K, 16, 256, 5), part(T.Q6_K, 8, 256, 6)]
-    layer = GgmlLinear(parts, None, {"Q4_K": 4, "Q6_K": 8})
+    layer = GgmlLinear(parts, None, {"Q4_K": 4, "Q6_K": 2})
+    assert layer.part_panel_rows == [4, 0]
     reference = torch.cat([dequantized(p) for p in parts])
     x = torch.randn(6, 256, generator=torch.Generator().manual_seed(0))
     panel_q4k = torch.ops.astrai.kquant_linear(x, layer.weights[0], int(T.Q4_K), 16)
     gemv_q6k = torch.ops.astrai.kquant_gemv(x, layer.weights[1], int(T.Q6_K), 8)
-    # Six rows: the Q4_K part on the (exact, float32) panels, the Q6_K part still on the gemv.
+    # Six rows: the Q4_K part on the (exact, float32) panels, the Q6_K part (grouped) on the
+    # gemv whatever the plan says.
     assert torch.equal(layer(x), torch.cat([panel_q4k, gemv_q6k], dim=1))
     assert (panel_q4k - x @ reference[:16].T).abs().max() <= 1e-4 * panel_q4k.abs().max()
+    assert torch.equal(layer.weights[1], torch.ops.astrai.kquant_q6k_group(parts[1].data))
+
+
+def _ones(b: torch.Tensor) -> int:
+    return sum(int(v).bit_count() for v in b.flatten().tolist())
+
+
+def test_grouping_keeps_every_byte_of_a_q6_k_block():
+    if not gemv_available():
+        pytest.skip("the grouping is built with the gemv (AVX-512 VNNI)")
+    p = part(T.Q6_K, 24, 768, 9)
+    grouped = torch.ops.astrai.kquant_q6k_group(p.data)
+    assert grouped.shape == p.data.shape and not torch.equal(grouped, p.data)
+    blocks, grouped_blocks = p.data.view(-1, 210), grouped.view(-1, 210)
+    # Scales and d as they lie; the 6-bit codes, rearranged, hold the same bits.
+    assert torch.equal(blocks[:, 192:], grouped_blocks[:, 192:])
+    assert _ones(blocks[:, :192]) == _ones(grouped_blocks[:, :192])
+    with pytest.raises(RuntimeError, match="210"):
+        torch.ops.astrai.kquant_q6k_group(p.data[:, :100])
 
 
 def test_the_gemv_can_be_turned_off(monkeypatch):

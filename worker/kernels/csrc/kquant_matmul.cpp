@@ -19,8 +19,7 @@
 #include "kquant_amx.h"
 #include "kquant_format.h"
 #include "kquant_gemv.h"
-#include "kquant_gemv_q6k.h"
-#include "kquant_tiles.h"
+#include "kquant_q6k_grouped.h"
 #include "panel_matmul.h"
 #include "parallel.h"
 
@@ -96,22 +95,39 @@ at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t
   float* dst = out.data_ptr<float>();
   const int64_t supers = k / kSuperBlock;
   if (type == kGgmlQ4K) {
-    parallel_chunks(n / kTile, 8, [&](int64_t first, int64_t last) {
+    parallel_chunks(n / kTile, chunk_for(n / kTile, 8, 32), [&](int64_t first, int64_t last) {
       q4_k_gemv_groups(w, supers, rows, m, first, last, dst, n);
     });
   } else {
-    std::vector<RowTile> tiles;  // from 16 rows on (kquant_tiles.h)
-    for (int64_t row = 0; row + kTileRows <= m; row += kTileRows) tiles.emplace_back(rows, row);
-    const int64_t tiled = static_cast<int64_t>(tiles.size()) * kTileRows;
-    parallel_chunks(n, 64, [&](int64_t first, int64_t last) {
-      // Whole runs of 8 columns take the tiles' rows on the tiles, the rest of them the gemv.
-      const int64_t whole = tiled ? q6_k_tile_columns(w, supers, tiles, first, last, dst, n) : first;
-      q6_k_gemv_rows(w, supers, rows, m, first, whole, dst, n, tiled);
-      q6_k_gemv_rows(w, supers, rows, m, whole, last, dst, n);
+    at::Tensor grouped = at::empty({m, k}, codes.options());
+    for (int64_t r = 0; r < m; ++r)
+      group_row_codes(codes.data_ptr<int8_t>() + r * k, k, grouped.data_ptr<int8_t>() + r * k);
+    parallel_chunks(n, chunk_for(n, 32, 256), [&](int64_t first, int64_t last) {
+      q6_k_grouped_gemv(w, supers, rows, grouped.data_ptr<int8_t>(), m, first, last, dst, n);
     });
   }
 #else
   TORCH_CHECK(false, "kquant_gemv needs AVX-512 VNNI (see kquant_gemv_available)");
+#endif
+  return out;
+}
+
+// A Q6_K weight as the file holds it (rows, row bytes) → the same bytes grouped for our
+// kernels (kquant_q6k_grouped.h).
+at::Tensor kquant_q6k_group(const at::Tensor& weight) {
+  TORCH_CHECK(weight.scalar_type() == at::kByte && weight.dim() == 2 && weight.size(1) % kQ6KBytes == 0,
+              "a Q6_K weight is a (rows, super-blocks x 210) uint8 tensor");
+  const at::Tensor in = weight.contiguous();
+  at::Tensor out = at::empty(in.sizes(), in.options());
+#if defined(ASTRAI_KQUANT_GEMV)
+  const int64_t blocks = in.numel() / kQ6KBytes;
+  const uint8_t* src = in.data_ptr<uint8_t>();
+  uint8_t* dst = out.data_ptr<uint8_t>();
+  parallel_chunks(blocks, 1024, [&](int64_t first, int64_t last) {
+    for (int64_t b = first; b < last; ++b) q6_k_group_super(src + b * kQ6KBytes, dst + b * kQ6KBytes);
+  });
+#else
+  TORCH_CHECK(false, "kquant_q6k_group needs AVX-512 VNNI (see kquant_gemv_available)");
 #endif
   return out;
 }
@@ -142,11 +158,13 @@ TORCH_LIBRARY_FRAGMENT(astrai, m) {
   m.def("kquant_linear_available() -> bool", &kquant_linear_available);
   m.def("kquant_gemv(Tensor x, Tensor weight, int type, int out_features) -> Tensor");
   m.def("kquant_gemv_available() -> bool", &kquant_gemv_available);
+  m.def("kquant_q6k_group(Tensor weight) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(astrai, CPU, m) {
   m.impl("kquant_linear", &kquant_linear);
   m.impl("kquant_gemv", &kquant_gemv);
+  m.impl("kquant_q6k_group", &kquant_q6k_group);
 }
 
 }  // namespace astrai

@@ -33,4 +33,11 @@ void parallel_chunks(int64_t n, int64_t chunk, const F& f) {
   }
 }
 
+// A chunk for parallel_chunks over n items: about four per thread, within [least, most].
+// Why: at one row a matmul is a stream of weights, and each jump to a chunk elsewhere costs the
+// hardware prefetcher its run-up, so chunks are as long as sharing the work evenly allows.
+inline int64_t chunk_for(int64_t n, int64_t least, int64_t most) {
+  return std::clamp<int64_t>(n / (4 * static_cast<int64_t>(at::get_num_threads())), least, most);
+}
+
 }  // namespace astrai
