@@ -67,3 +67,10 @@ def _kquant_gemv(
 @torch.library.register_fake("astrai::kquant_q6k_group")
 def _kquant_q6k_group(weight: torch.Tensor) -> torch.Tensor:
     return weight.new_empty(weight.shape)
+
+
+@torch.library.register_fake("astrai::kquant_q6k_grouped_rows")
+def _kquant_q6k_grouped_rows(
+    weight: torch.Tensor, ids: torch.Tensor, in_features: int
+) -> torch.Tensor:
+    return weight.new_empty((ids.numel(), in_features), dtype=torch.float32)

@@ -207,3 +207,32 @@ class GgmlEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, kind=ggml {self.table.type_name}"
+
+
+class GroupedQ6KEmbedding(nn.Module):
+    """A tied Q6_K token embedding read from the output layer's grouped copy (one copy of the
+    table: the file's pages are not mapped again row by row)."""
+
+    def __init__(self, head: GgmlLinear) -> None:
+        super().__init__()
+        self.weight_bytes = head.weights[0]
+        self.num_embeddings = head.out_features
+        self.embedding_dim = head.in_features
+        self._op = torch.ops.astrai.kquant_q6k_grouped_rows.default
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        flat = self._op(self.weight_bytes, ids.reshape(-1), self.embedding_dim)
+        return flat.view(*ids.shape, self.embedding_dim)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, kind=Q6_K grouped (the head's)"
+
+
+def grouped_q6k_head(layer: nn.Module) -> bool:
+    """Whether `layer` is one Q6_K part grouped for our gemv (a tied embedding reads it)."""
+    return (
+        isinstance(layer, GgmlLinear)
+        and len(layer.type_names) == 1
+        and layer.type_names[0] == "Q6_K"
+        and layer.on_gemv[0]
+    )

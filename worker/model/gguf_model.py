@@ -22,7 +22,13 @@ from worker.kernels.plan import KernelPlan
 from worker.machine.heap import release_freed_heap
 from worker.model.block_linear import BlockLinear
 from worker.model.config import ModelConfig
-from worker.model.ggml_linear import GgmlEmbedding, GgmlLinear, QuantTensor
+from worker.model.ggml_linear import (
+    GgmlEmbedding,
+    GgmlLinear,
+    GroupedQ6KEmbedding,
+    QuantTensor,
+    grouped_q6k_head,
+)
 from worker.model.gguf_tensors import GgufFileError, read_gguf_tensors
 from worker.model.linear import PackedLinear
 from worker.model.llama import LlamaModel
@@ -148,6 +154,9 @@ def _embedding(
     if isinstance(head, BlockLinear):  # the head's records are the one copy of the table
         paths.add(table.type_name, "rows read from the output layer's records")
         return RecordsEmbedding(head.records, head.block_format, table.rows)
+    if head is not None and grouped_q6k_head(head):
+        paths.add(table.type_name, "rows read from the output layer's grouped copy")
+        return GroupedQ6KEmbedding(head)
     if ggml_kernels_available():
         paths.add(table.type_name, "rows read by ggml")
         return GgmlEmbedding(table)

@@ -8,7 +8,12 @@ from gguf import GGMLQuantizationType as T
 
 from tests.worker.native import needs_ggml, needs_native_kernels
 from worker.kernels.kquant_probe import gemv_available, kquant_kernels_available
-from worker.model.ggml_linear import GgmlLinear, QuantTensor
+from worker.model.ggml_linear import (
+    GgmlLinear,
+    GroupedQ6KEmbedding,
+    QuantTensor,
+    grouped_q6k_head,
+)
 
 pytestmark = [needs_native_kernels, needs_ggml]
 needs_gemv = pytest.mark.skipif(
@@ -140,3 +145,17 @@ def test_the_gemv_refuses_what_it_cannot_read():
         torch.ops.astrai.kquant_gemv(torch.randn(2, 512), q6k.data, int(T.Q6_K), 8)
     with pytest.raises(RuntimeError, match="multiple of 8"):
         torch.ops.astrai.kquant_gemv(x, q6k.data[:4], int(T.Q4_K), 4)
+
+
+@needs_gemv
+def test_a_tied_embedding_reads_the_grouped_head_as_ggml_reads_the_file():
+    p = part(T.Q6_K, 40, 512, 10)
+    head = GgmlLinear([p], None)
+    assert grouped_q6k_head(head)
+    embedding = GroupedQ6KEmbedding(head)
+    ids = torch.tensor([[3, 39, 0], [7, 7, 12]])
+    expected = ggml().rows(p.data, p.type, p.cols, ids.reshape(-1)).view(2, 3, 512)
+    assert torch.equal(embedding(ids), expected)
+    with pytest.raises(RuntimeError, match="out of range"):
+        embedding(torch.tensor([40]))
+    assert not grouped_q6k_head(GgmlLinear([p], None, gemv=False))

@@ -61,11 +61,12 @@ inline void quantize_row_q8(const float* x, int64_t k, int8_t* codes, float* sca
   }
 }
 
-// One super-block's sub-block scales and minimums of a woven group of 8 rows, as integers:
-// scale[s] has each row's scale twice (lanes 2r and 2r + 1: a row's 8 code bytes of a run
-// are two dot-product lanes), minimum[s] each row's minimum once.
+// One super-block's sub-block scales and minimums of a woven group of 8 rows (columns of the
+// output), as integers.
 struct Q4KScales {
-  __m512i scale[8];
+  // Lanes 2c and 2c + 1 (a column's 8 code bytes of a run are two dot-product lanes): column
+  // c's scales of sub-blocks 2q (low word) and 2q + 1 (high word).
+  __m512i scale_pair[4];
   // Lane 2c: column c's minimums of sub-blocks 2p and 2p + 1 as 16-bit words; lane 2c + 1: 0.
   __m512i minimum[4];
 
@@ -95,12 +96,15 @@ struct Q4KScales {
     _mm512_store_si512(mn[1], _mm512_unpackhi_epi32(mn_low, mn_high));
     const __m128i twice = _mm_set_epi8(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     __m256i each[8];
+    __m512i scale[8];
     for (int b = 0; b < 8; ++b) {
       const int half = (b / 2) % 2, at = 2 * (b / 4) + b % 2;
       const __m128i bytes = _mm_cvtsi64_si128(static_cast<int64_t>(sc[half][at]));
       scale[b] = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(bytes, twice));
       each[b] = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn[half][at])));
     }
+    for (int q = 0; q < 4; ++q)
+      scale_pair[q] = _mm512_or_si512(scale[2 * q], _mm512_slli_epi32(scale[2 * q + 1], 16));
     for (int p = 0; p < 4; ++p)
       minimum[p] = _mm512_cvtepu32_epi64(_mm256_or_si256(each[2 * p], _mm256_slli_epi32(each[2 * p + 1], 16)));
   }
@@ -169,8 +173,10 @@ inline void q4_k_gemv_group(const uint8_t* weights, int64_t supers, int64_t grou
           a = _mm512_dpbusd_epi32(a, low[j], _mm512_set1_epi64(lo));
           b = _mm512_dpbusd_epi32(b, high[j], _mm512_set1_epi64(hi));
         }
-        sum[r] = _mm512_add_epi32(sum[r], _mm512_mullo_epi32(a, scales.scale[2 * q]));
-        sum[r] = _mm512_add_epi32(sum[r], _mm512_mullo_epi32(b, scales.scale[2 * q + 1]));
+        // Each lane of a and b is 16 products of a 4-bit code and an 8-bit activation, within
+        // 16 bits: as a pair of words they take their scales in one dot product.
+        const __m512i pair = _mm512_mask_blend_epi16(0xAAAAAAAA, a, _mm512_slli_epi32(b, 16));
+        sum[r] = _mm512_dpwssd_epi32(sum[r], pair, scales.scale_pair[q]);
       }
     }
     const __m512 d = halves_twice(super), dmin = halves_twice(super + 16);

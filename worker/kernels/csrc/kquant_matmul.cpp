@@ -132,6 +132,29 @@ at::Tensor kquant_q6k_group(const at::Tensor& weight) {
   return out;
 }
 
+// Rows `ids` of a grouped Q6_K weight (a tied token embedding read from the output layer's
+// one copy) as float32, each as dequantize_row_q6_K makes it.
+at::Tensor kquant_q6k_grouped_rows(const at::Tensor& weight, const at::Tensor& ids_in, int64_t in_features) {
+  TORCH_CHECK(weight.scalar_type() == at::kByte && weight.dim() == 2 && weight.is_contiguous() &&
+                  in_features % kSuperBlock == 0 && weight.size(1) == in_features / kSuperBlock * kQ6KBytes,
+              "a grouped Q6_K weight is a contiguous (rows, in_features / 256 x 210) uint8 tensor");
+  const at::Tensor ids = ids_in.to(at::kLong).contiguous().view(-1);
+  const int64_t n = ids.size(0), count = weight.size(0), supers = in_features / kSuperBlock;
+  at::Tensor out = at::empty({n, in_features}, weight.options().dtype(at::kFloat));
+  const int64_t* index = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) TORCH_CHECK(index[i] >= 0 && index[i] < count, "row ", index[i], " out of range ", count);
+#if defined(ASTRAI_KQUANT_GEMV)
+  const uint8_t* src = weight.data_ptr<uint8_t>();
+  float* dst = out.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t s = 0; s < supers; ++s)
+      q6_k_grouped_row(src + (index[i] * supers + s) * kQ6KBytes, dst + i * in_features + s * kSuperBlock);
+#else
+  TORCH_CHECK(false, "kquant_q6k_grouped_rows needs AVX-512 VNNI (see kquant_gemv_available)");
+#endif
+  return out;
+}
+
 bool kquant_gemv_available() {
 #if defined(ASTRAI_KQUANT_GEMV)
   return true;
@@ -159,12 +182,14 @@ TORCH_LIBRARY_FRAGMENT(astrai, m) {
   m.def("kquant_gemv(Tensor x, Tensor weight, int type, int out_features) -> Tensor");
   m.def("kquant_gemv_available() -> bool", &kquant_gemv_available);
   m.def("kquant_q6k_group(Tensor weight) -> Tensor");
+  m.def("kquant_q6k_grouped_rows(Tensor weight, Tensor ids, int in_features) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(astrai, CPU, m) {
   m.impl("kquant_linear", &kquant_linear);
   m.impl("kquant_gemv", &kquant_gemv);
   m.impl("kquant_q6k_group", &kquant_q6k_group);
+  m.impl("kquant_q6k_grouped_rows", &kquant_q6k_grouped_rows);
 }
 
 }  // namespace astrai
