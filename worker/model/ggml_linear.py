@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard
 
 import torch
 from torch import nn
@@ -228,7 +228,7 @@ class GroupedQ6KEmbedding(nn.Module):
         return f"{self.num_embeddings}, {self.embedding_dim}, kind=Q6_K grouped (the head's)"
 
 
-def grouped_q6k_head(layer: nn.Module) -> bool:
+def grouped_q6k_head(layer: nn.Module) -> TypeGuard[GgmlLinear]:
     """Whether `layer` is one Q6_K part grouped for our gemv (a tied embedding reads it)."""
     return (
         isinstance(layer, GgmlLinear)
