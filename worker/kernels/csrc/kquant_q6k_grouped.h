@@ -17,6 +17,7 @@
 // activations per 256 inputs, exact integer sums).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -128,15 +129,17 @@ inline void group_row_codes(const int8_t* natural, int64_t k, int8_t* grouped) {
 // Bytes of grouped Q6_K rows requested ahead of the super-block being multiplied.
 constexpr int64_t kQ6KGroupedAhead = 44 * kQ6KBytes;
 
-// out[r][c] for rows r < kRows of `x` (codes grouped: `grouped`) and grouped Q6_K row c:
-// d xs Σ_l scale_l (Σ code · x − 32 Σ x) over the 16 groups l of each super-block.
+// out[r][c] (+)= for rows r < kRows of `x` (codes grouped: `grouped`) and grouped Q6_K row c,
+// over super-blocks [s0, s1): d xs Σ_l scale_l (Σ code · x − 32 Σ x) over the 16 groups l of
+// each; added to out where `add`, else stored.
 template <int kRows>
 inline void q6_k_grouped_row_dot(const uint8_t* weights, int64_t supers, int64_t c, const QuantizedRows& x,
-                                 const int8_t* grouped, int64_t first_row, float* out, int64_t n) {
+                                 const int8_t* grouped, int64_t first_row, int64_t s0, int64_t s1, bool add,
+                                 float* out, int64_t n) {
   __m512 dot[kRows];
   for (int r = 0; r < kRows; ++r) dot[r] = _mm512_setzero_ps();
   const uint8_t* row_bytes = weights + c * supers * kQ6KBytes;
-  for (int64_t s = 0; s < supers; ++s) {
+  for (int64_t s = s0; s < s1; ++s) {
     const uint8_t* super = row_bytes + s * kQ6KBytes;
     for (int64_t line = 0; line < kQ6KBytes; line += 64)
       _mm_prefetch(reinterpret_cast<const char*>(super + kQ6KGroupedAhead + line), _MM_HINT_T1);
@@ -152,18 +155,37 @@ inline void q6_k_grouped_row_dot(const uint8_t* weights, int64_t supers, int64_t
                                _mm512_set1_ps(d * x.scale(row, s)), dot[r]);
     }
   }
-  for (int r = 0; r < kRows; ++r) out[(first_row + r) * n + c] = _mm512_reduce_add_ps(dot[r]);
+  for (int r = 0; r < kRows; ++r) {
+    float& o = out[(first_row + r) * n + c];
+    o = (add ? o : 0.0f) + _mm512_reduce_add_ps(dot[r]);
+  }
 }
 
+// Bytes of activations one run of rows reads per column (a slice of the inputs): they stay
+// in L1 from column to column. And bytes of weight columns multiplied by one run of rows
+// before the next: they stay in L2 for the next run.
+constexpr int64_t kQ6KActivationBytes = 16 * 1024;
+constexpr int64_t kQ6KColumnBlockBytes = 256 * 1024;
+
 // out (m, n) = x (m, k) times the grouped Q6_K weight (n, k / 256 × 210 bytes), for columns
-// [first, last): activation rows eight at a time (each super-block unpacked once per eight).
+// [first, last): activation rows eight at a time (each super-block unpacked once per eight),
+// per block of columns and slice of the inputs, each run of rows in turn (the block's weights
+// read once from memory, then from L2; a run's slice of activations from L1).
 inline void q6_k_grouped_gemv(const uint8_t* weights, int64_t supers, const QuantizedRows& x,
                               const int8_t* grouped, int64_t m, int64_t first, int64_t last, float* out,
                               int64_t n) {
-  for (int64_t c = first; c < last; ++c) {
-    in_runs_of<8>(m, [&]<int kRows>(int64_t row) {
-      q6_k_grouped_row_dot<kRows>(weights, supers, c, x, grouped, row, out, n);
-    });
+  const int64_t run_rows = std::min<int64_t>(m, 8);
+  const int64_t slice = std::clamp<int64_t>(kQ6KActivationBytes / (run_rows * kSuperBlock), 1, supers);
+  const int64_t block = std::max<int64_t>(1, kQ6KColumnBlockBytes / (slice * kQ6KBytes));
+  for (int64_t c0 = first; c0 < last; c0 += block) {
+    const int64_t c1 = std::min(last, c0 + block);
+    for (int64_t s0 = 0; s0 < supers; s0 += slice) {
+      const int64_t s1 = std::min(supers, s0 + slice);
+      in_runs_of<8>(m, [&]<int kRows>(int64_t row) {
+        for (int64_t c = c0; c < c1; ++c)
+          q6_k_grouped_row_dot<kRows>(weights, supers, c, x, grouped, row, s0, s1, s0 > 0, out, n);
+      });
+    }
   }
 }
 
