@@ -84,11 +84,17 @@ at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t
   at::Tensor scales = at::empty({m, k / kSuperBlock}, x.options());
   at::Tensor sums = at::empty({m, k / 16}, x.options().dtype(at::kInt));
   at::Tensor pair_sums = at::empty({m, k / 64}, x.options().dtype(at::kInt));
+  // Q6_K's codes also in its grouped order (kquant_q6k_grouped.h).
+  at::Tensor grouped = at::empty({type == kGgmlQ4K ? 0 : m, k}, codes.options());
   const float* in = x.data_ptr<float>();
-  for (int64_t r = 0; r < m; ++r)
-    quantize_row_q8(in + r * k, k, codes.data_ptr<int8_t>() + r * k,
-                    scales.data_ptr<float>() + r * (k / kSuperBlock),
-                    sums.data_ptr<int32_t>() + r * (k / 16), pair_sums.data_ptr<int32_t>() + r * (k / 64));
+  parallel_chunks(m, 4, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) {
+      int8_t* row_codes = codes.data_ptr<int8_t>() + r * k;
+      quantize_row_q8(in + r * k, k, row_codes, scales.data_ptr<float>() + r * (k / kSuperBlock),
+                      sums.data_ptr<int32_t>() + r * (k / 16), pair_sums.data_ptr<int32_t>() + r * (k / 64));
+      if (type != kGgmlQ4K) group_row_codes(row_codes, k, grouped.data_ptr<int8_t>() + r * k);
+    }
+  });
   const QuantizedRows rows{codes.data_ptr<int8_t>(), scales.data_ptr<float>(),
                            sums.data_ptr<int32_t>(), pair_sums.data_ptr<int32_t>(), k};
   const uint8_t* w = weight.data_ptr<uint8_t>();
@@ -99,9 +105,6 @@ at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t
       q4_k_gemv_groups(w, supers, rows, m, first, last, dst, n);
     });
   } else {
-    at::Tensor grouped = at::empty({m, k}, codes.options());
-    for (int64_t r = 0; r < m; ++r)
-      group_row_codes(codes.data_ptr<int8_t>() + r * k, k, grouped.data_ptr<int8_t>() + r * k);
     parallel_chunks(n, chunk_for(n, 32, 256), [&](int64_t first, int64_t last) {
       q6_k_grouped_gemv(w, supers, rows, grouped.data_ptr<int8_t>(), m, first, last, dst, n);
     });
