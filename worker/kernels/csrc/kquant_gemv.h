@@ -1,6 +1,6 @@
-// K-quant weights (Q4_K woven by ggml, Q6_K as the file holds it) times a few rows of
-// activations in 8-bit integers (AVX-512 VNNI), with the weights streamed ahead of the
-// arithmetic.
+// Q4_K weights woven by ggml times rows of activations in 8-bit integers (AVX-512 VNNI), with
+// the weights streamed ahead of the arithmetic; the activation rows' format, shared with the
+// grouped Q6_K kernel (kquant_q6k_grouped.h).
 //
 // Why: at one to a few rows a decode step reads every weight once and does little with it, so
 // it is bound by memory; ggml's gemv for these bytes stalls on each load before it computes

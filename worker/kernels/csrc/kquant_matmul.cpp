@@ -71,7 +71,8 @@ at::Tensor kquant_linear(const at::Tensor& x_in, const at::Tensor& weight, int64
   return out;
 }
 
-// x (m, k) times a woven Q4_K or plain Q6_K weight in 8-bit integers, for a few rows
+// x (m, k) times a woven Q4_K weight (rows below the panels') or a grouped Q6_K one (every row
+// count) in 8-bit integers
 // (kquant_gemv.h).
 at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t type,
                        int64_t out_features) {
@@ -178,7 +179,8 @@ bool kquant_linear_available() {
 }  // namespace
 
 // x (rows, in) float32 times a Q4_K weight woven by ggml's repack (astrai_ggml::interleave)
-// or a plain Q6_K one, (out, row bytes) uint8 → (rows, out) float32.
+// or a Q6_K one (kquant_linear: as the file holds it; kquant_gemv: grouped by
+// kquant_q6k_group), (out, row bytes) uint8 → (rows, out) float32.
 TORCH_LIBRARY_FRAGMENT(astrai, m) {
   m.def("kquant_linear(Tensor x, Tensor weight, int type, int out_features) -> Tensor");
   m.def("kquant_linear_available() -> bool", &kquant_linear_available);
