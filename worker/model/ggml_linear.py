@@ -77,7 +77,7 @@ class GgmlLinear(nn.Module):
         self._op = torch.ops.astrai_ggml.linear.default
         # Per part, from how many rows the panel kernel takes it (0: never).
         self.part_panel_rows = [
-            0 if gemv and p.type_name == "Q6_K" else _panel_rows(p, woven, panel_rows or {})
+            _panel_rows(p, woven, gemv, panel_rows or {})
             for p, woven, gemv in zip(parts, self.woven, on_gemv, strict=True)
         ]
         rows = [r for r in self.part_panel_rows if r]
@@ -183,10 +183,13 @@ def _segments(
     return segments, weights
 
 
-def _panel_rows(part: QuantTensor, woven: int, plan: Mapping[str, int]) -> int:
-    """Rows from which this part runs on the panel kernels: Q4_K only as ggml wove it."""
+def _panel_rows(part: QuantTensor, woven: int, on_gemv: bool, plan: Mapping[str, int]) -> int:
+    """Rows from which this part runs on the panel kernels: Q4_K only as ggml wove it, Q6_K
+    only where it is not grouped for our gemv (which takes it at every row count)."""
     rows = plan.get(part.type_name, 0)
     if part.rows % 8 or part.cols % 256 or (part.type_name == "Q4_K" and not woven):
+        return 0
+    if part.type_name == "Q6_K" and on_gemv:
         return 0
     return rows if part.type_name in ("Q4_K", "Q6_K") else 0
 

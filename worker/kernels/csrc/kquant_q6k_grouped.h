@@ -26,12 +26,10 @@
 #if defined(ASTRAI_KQUANT_GEMV)
 namespace astrai {
 
-// Q6_K super-block `super` of one row as 4 vectors of 64 codes 0..63 in input order
-// (dequantize_row_q6_K's order), and its 16 scales as int32 lanes: scale[j] the scales of
-// codes[j] (each of a vector's 16 dot-product lanes of 4 inputs gets its 16 inputs' scale),
-// all16 the 16 scales once each.
+// The codes of the file's Q6_K super-block `super` as 4 vectors of 64 codes 0..63 in input
+// order (dequantize_row_q6_K's order).
 struct Q6KBlock {
-  __m512i codes[4], scale[4], all16;
+  __m512i codes[4];
 
   explicit Q6KBlock(const uint8_t* super) {
     const __m512i low4 = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(0x03);
@@ -50,14 +48,6 @@ struct Q6KBlock {
       codes[2 * half] = _mm512_or_si512(_mm512_and_si512(ql, low4), high_a);
       codes[2 * half + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), high_b);
     }
-    const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(super + 192));
-    for (int j = 0; j < 4; ++j) {
-      const __m128i spread = _mm_set_epi8(4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 2,
-                                          4 * j + 2, 4 * j + 2, 4 * j + 2, 4 * j + 1, 4 * j + 1,
-                                          4 * j + 1, 4 * j + 1, 4 * j, 4 * j, 4 * j, 4 * j);
-      scale[j] = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(scales, spread));
-    }
-    all16 = _mm512_cvtepi8_epi32(scales);
   }
 };
 
