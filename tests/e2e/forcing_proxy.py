@@ -1,8 +1,10 @@
-"""A loopback HTTP proxy for agents that never send `tool_choice` (Claude Code): it forces a
-named tool call on the first /v1/messages request that offers the tool, and on the requests
-that bring its result back forbids tools and keeps the answer short (greedy, ending at the
-first period or newline: under Claude Code's small output cap a longer answer would be cut,
-which Claude Code reports as an error); everything else goes through as it is."""
+"""A loopback HTTP proxy for agents that never send `tool_choice` (Claude Code, Codex): it
+forces a named tool call on the first request that offers the tool (/v1/messages or
+/v1/responses), and on the requests that bring its result back forbids tools and keeps the
+answer short (greedy; on /v1/messages ending at the first period or newline: under Claude
+Code's small output cap a longer answer would be cut, which Claude Code reports as an error);
+everything else goes through as it is. Given `arguments`, the forced call's schema is narrowed
+to exactly those (each value the one its grammar allows), so a command an agent runs is known."""
 
 from __future__ import annotations
 
@@ -18,12 +20,19 @@ HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "acc
 
 
 class ForcingProxy:
-    """Forward to `upstream`; `bodies` holds each /v1/messages body as it was sent on."""
+    """Forward to `upstream`; `bodies` holds each rewritten request body as it was sent on."""
 
-    def __init__(self, upstream: str, tool: str, max_tokens: int = 64) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        tool: str,
+        max_tokens: int = 64,
+        arguments: dict[str, str] | None = None,
+    ) -> None:
         self.upstream = upstream
         self.tool = tool
         self.max_tokens = max_tokens
+        self.arguments = arguments
         self.bodies: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -58,6 +67,35 @@ class ForcingProxy:
             self.bodies.append(body)
         return body
 
+    def rewrite_responses(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The same for the Responses API: its function tools, `function_call_output` items."""
+        with self._lock:
+            items = body.get("input") if isinstance(body.get("input"), list) else []
+            if any(item.get("type") == "function_call_output" for item in items):
+                body.update(tool_choice="none", temperature=0)
+            elif any(tool.get("name") == self.tool for tool in body.get("tools", [])):
+                body["tool_choice"] = {"type": "function", "name": self.tool}
+                body.update(max_output_tokens=self.max_tokens, temperature=0)
+            # Narrowed in every request, so that the answer's prompt starts as the call's did
+            # (its prefix cached).
+            body["tools"] = [self._narrowed(tool) for tool in body.get("tools", [])]
+            self.bodies.append(body)
+        return body
+
+    def _narrowed(self, tool: dict[str, Any]) -> dict[str, Any]:
+        if tool.get("name") != self.tool or self.arguments is None:
+            return tool
+        properties = {
+            key: {"type": "string", "enum": [value]} for key, value in self.arguments.items()
+        }
+        schema = {
+            "type": "object",
+            "properties": properties,
+            "required": list(properties),
+            "additionalProperties": False,
+        }
+        return {**tool, "parameters": schema, "strict": True}
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
 
@@ -67,8 +105,11 @@ class ForcingProxy:
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-                if self.path.split("?")[0] == "/v1/messages":
+                route = self.path.split("?")[0]
+                if route == "/v1/messages":
                     raw = json.dumps(proxy.rewrite(json.loads(raw))).encode()
+                elif route == "/v1/responses":
+                    raw = json.dumps(proxy.rewrite_responses(json.loads(raw))).encode()
                 self._forward(raw)
 
             def _forward(self, raw: bytes | None) -> None:

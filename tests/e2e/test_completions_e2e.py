@@ -205,6 +205,15 @@ def test_echo_with_logprobs_scores_the_prompt_as_transformers_does(
         rank = int((expected[position - 1] > expected[position - 1, ids[position]]).sum()) + 1
         assert abs(entry["rank"] - rank) <= 1  # near-ties may swap under the kernels' rounding
         assert len(vllm[position]) in (2, 3)  # two alternatives, the token among them or not
+    # Streamed, the echoed prompt and its logprobs come first, then the generated token.
+    stream = client.completions.create(
+        model=MODEL, prompt=ids, echo=True, logprobs=1, max_tokens=1, temperature=0, stream=True
+    )
+    chunks = [chunk.choices[0] for chunk in stream if chunk.choices]
+    assert "".join(chunk.text for chunk in chunks) == choice.text
+    streamed = [lp for chunk in chunks if chunk.logprobs for lp in chunk.logprobs.token_logprobs]
+    assert streamed[0] is None and len(streamed) == len(ids) + 1
+    assert streamed[1:] == pytest.approx(logprobs.token_logprobs[1:], abs=1e-5)
 
 
 def test_chat_prompt_logprobs_score_the_rendered_chat(
