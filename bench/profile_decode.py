@@ -14,10 +14,22 @@ from torch.profiler import ProfilerActivity, profile
 from bench.workloads import w1
 from common.sampling_params import SamplingParams
 from worker.engine.inference_engine import InferenceEngine
+from worker.engine.options import EngineOptions
+
+
+def check_batch(batch: int, conversations: int, max_seqs: int) -> None:
+    """Refuse a batch the run cannot form: one W1 conversation per sequence, all decoded in one
+    step (otherwise no step is ever profiled and the run waits out its timeouts)."""
+    if not 1 <= batch <= conversations:
+        raise SystemExit(f"--batch {batch}: W1 has {conversations} conversations (1 to that)")
+    if batch > max_seqs:
+        raise SystemExit(f"--batch {batch}: the engine decodes at most {max_seqs} sequences a step")
 
 
 def profile_decode(batch: int, steps: int, options: dict[str, Any]) -> str:
     """Run `batch` W1 requests; time and profile `steps` decode forwards on the engine thread."""
+    conversations = w1().conversations
+    check_batch(batch, len(conversations), EngineOptions().max_seqs)
     with InferenceEngine(**options) as engine:
         runner, sampler = engine.scheduler.runner, engine.scheduler.sampler
         scheduler = engine.scheduler.scheduler
@@ -55,12 +67,19 @@ def profile_decode(batch: int, steps: int, options: dict[str, Any]) -> str:
         scheduler.update = timed("update", update)  # type: ignore[method-assign]
         done = threading.Semaphore(0)
         params = SamplingParams(temperature=0, max_tokens=steps + 8, ignore_eos=True)
-        for conversation in w1().conversations[:batch]:
+        for conversation in conversations[:batch]:
             engine.submit(
                 conversation, params, lambda e: done.release() if e.finish_reason else None
             )
         for _ in range(batch):
-            done.acquire(timeout=600)
+            if not done.acquire(timeout=600):
+                raise SystemExit("a request did not finish within 600 s")
+    if counted["decode"] == 0:
+        raise SystemExit(
+            f"no decode step ran all {batch} sequences together: the KV cache held fewer at "
+            "once (a smaller --batch)"
+        )
+    steps = counted["decode"]  # fewer than asked where the requests finished first
     profiled = sum(op_times.values())
     sampling_ms = timings["sample+postprocess"] / steps * 1e3
     lines = [
