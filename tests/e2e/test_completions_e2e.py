@@ -10,7 +10,7 @@ import torch
 
 from tests.e2e.harness import Server
 from tests.e2e.sdk import MODEL, openai_client
-from tests.worker.engine.test_engine import transformers_from_gguf
+from tests.worker.gguf_oracle import transformers_from_gguf
 from worker.model.model_dir import gguf_source, resolve_model_dir
 
 pytestmark = pytest.mark.slow

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
 from bench.accuracy import sequence_logits as full_sequence_logits
 from common.sampling_params import SamplingParams
+from tests.worker.gguf_oracle import transformers_from_gguf
 from tests.worker.model_factory import transformers_generate
 from worker.engine.inference_engine import InferenceEngine
 from worker.engine.sequence import TokenEvent
@@ -74,17 +73,6 @@ def greedy_token_ids(
     for _ in prompts:
         assert done.acquire(timeout=300)
     return [tokens[i] for i in ids]
-
-
-@functools.cache
-def transformers_from_gguf(source: Path) -> Any:
-    """The file itself, dequantized by transformers' own GGUF loader: an independent oracle
-    (~15 s to load on 2 cores, so once per session)."""
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(
-        str(source.parent), gguf_file=source.name, dtype=torch.float32
-    )
 
 
 def transformers_greedy(engine: InferenceEngine, prompt: str, max_tokens: int) -> list[int]:

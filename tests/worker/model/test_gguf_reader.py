@@ -7,6 +7,7 @@ import pytest
 import torch
 from gguf import GGUFWriter
 
+from tests.worker.gguf_oracle import transformers_from_gguf
 from tests.worker.model_factory import hf_model, llama_cpp_permute, write_gguf
 from worker.model.config import ModelConfig
 from worker.model.gguf_reader import _unpermute_qk, hf_name, read_gguf
@@ -106,14 +107,9 @@ def test_read_gguf_rejects_an_unsupported_architecture(tmp_path):
 @pytest.fixture(scope="module")
 def default_gguf():
     """(our config, our state, transformers' model) for the shipped GGUF, loaded once."""
-    from transformers import AutoModelForCausalLM
-
     path = default_model_path()
     config, state = read_gguf(path)
-    hf = AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32
-    )
-    return config, state, hf
+    return config, state, transformers_from_gguf(path)
 
 
 @pytest.mark.slow
