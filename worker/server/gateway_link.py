@@ -75,6 +75,11 @@ class GatewayLink:
         """Register goes with this beat: unconnected, asked for, or every Nth beat."""
         return not self.connected or self.register_now or self.beats % register_every == 0
 
+    def register_waiting(self) -> bool:
+        """A register not sent yet (the connection was not up), and the link not yet reported
+        unanswered: worth trying again soon rather than a heartbeat later."""
+        return self.register_now and not self.reported_unanswered
+
     def gateway_beat(self, message: GatewayBeat, now: float) -> tuple[str, bool] | None:
         """Take the gateway's answer to a heartbeat. Returns why this gateway's requests must
         be aborted (nobody will read them any more) and whether the worker must come back

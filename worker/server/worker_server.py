@@ -37,6 +37,9 @@ from worker.server.worker_messages import heartbeat_message, register_message
 
 log = logging.getLogger(__name__)
 RECEIVE_BATCH = 64  # messages read from one gateway before the others get their turn
+# A dialing link's register fails until its connection is up (ZMQ_IMMEDIATE): tried again
+# this soon rather than a heartbeat later, so a start is ready as soon as the gateway is.
+REGISTER_RETRY_S = 0.02
 
 
 class WorkerServer:
@@ -127,7 +130,9 @@ class WorkerServer:
                 if now >= next_beat:
                     self._beat()
                     next_beat = now + self.config.heartbeat_s
-                wake = min([next_beat, *self._silence_deadlines()])
+                elif waiting := [link for link in self.links.values() if link.register_waiting()]:
+                    self._beat(waiting)
+                wake = min([next_beat, *self._silence_deadlines(), *self._register_retry(now)])
                 ready = dict(self._poller.poll(max(1, int((wake - now) * 1000) + 1)))
                 if events in ready:
                     self._forward(events)
@@ -185,14 +190,22 @@ class WorkerServer:
         link.forget(new_incarnation)
         log.warning("%s; aborted its %d request(s)", why, len(aborted))
 
-    def _beat(self) -> None:
+    def _beat(self, links: list[GatewayLink] | None = None) -> None:
+        """A heartbeat to each link (all of them by default), its register with it where
+        due."""
         stats = self._stats()
-        for link in self.links.values():
+        for link in self.links.values() if links is None else links:
             register = link.wants_register(self.config.register_every)
             if register and link.send(encode(self._register(link.incarnation, stats))):
                 link.register_now = False
             link.send(encode(self._heartbeat(link.incarnation, stats)))
             link.beats += 1
+
+    def _register_retry(self, now: float) -> list[float]:
+        """When to try the unsent registers again: soon, while any is waiting."""
+        if any(link.register_waiting() for link in self.links.values()):
+            return [now + REGISTER_RETRY_S]
+        return []
 
     # -- messages -----------------------------------------------------------------------------
     def _forward(self, events: zmq.Socket[bytes]) -> None:

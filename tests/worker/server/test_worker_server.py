@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from common.errors import RejectCode
+from common.ports import free_loopback_port
 from common.sampling_params import SamplingParams
 from common.schemas import (
     Abort,
@@ -136,6 +137,23 @@ def test_it_registers_then_beats_with_the_engines_figures():
         )
         assert not server.connected  # nobody answered yet: it registers on every beat
         assert gateway.expect(Register, skip=BEATS) == register
+
+
+def test_a_gateway_that_comes_up_after_the_dial_gets_the_register_at_once():
+    """The first register fails while the connection is not up (ZMQ_IMMEDIATE); it is tried
+    again within milliseconds, not a heartbeat later: here the next heartbeat is seconds
+    away, after the wait."""
+    address = f"tcp://127.0.0.1:{free_loopback_port()}"
+    config = replace(link_config(address), heartbeat_s=3.0, gateway_timeout_s=10.0)
+    server = WorkerServer(FakeEngine(), config)  # type: ignore[arg-type]
+    with serving(server):
+        time.sleep(0.2)  # the first beat has gone to nobody by now
+        gateway = ScriptedGateway(address)
+        try:
+            register = gateway.expect(Register, timeout_s=1.5, skip=BEATS)
+            assert register.incarnation == incarnation_at(server, gateway)
+        finally:
+            gateway.close()
 
 
 def test_submit_is_accepted_then_its_events_are_forwarded_as_typed_messages():
