@@ -119,7 +119,7 @@ class Server:
                     return self
             except OSError:
                 pass
-            time.sleep(0.2)
+            time.sleep(0.05)
         self.stop()
         raise TimeoutError(f"server not ready within {timeout_s} s")
 

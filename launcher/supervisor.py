@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 
 from common.cli_options import to_argv
+from common.signal_wakeup import SignalWakeup
 from gateway.config import GatewayConfig
 from worker.engine.options import EngineOptions
 from worker.server.process_options import WorkerProcessOptions
@@ -117,6 +118,7 @@ def run_serve(plan: ServePlan, log_level: str) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    wakeup = SignalWakeup()
     try:
         children += [_spawn(command) for command in workers]
         url = f"http://{gateway.host}:{gateway.port}"
@@ -128,7 +130,7 @@ def run_serve(plan: ServePlan, log_level: str) -> int:
             if time.monotonic() > deadline:
                 print("astrai serve: workers did not register in time", file=sys.stderr)
                 return 1
-            time.sleep(0.2)
+            wakeup.nap(0.2)
         if not stopping:
             print(ready_message(gateway, num_workers), flush=True)
         restarts: list[float] = []
@@ -150,9 +152,10 @@ def run_serve(plan: ServePlan, log_level: str) -> int:
                     file=sys.stderr,
                 )
                 children[i] = _spawn(workers[i - 1])
-            time.sleep(0.2)
+            wakeup.nap(0.2)
         return 0
     finally:
+        wakeup.close()
         # The gateway first: it drains (running streams get the drain timeout, then end with
         # an error event and are aborted on their workers); only then do the workers stop.
         _terminate(children[:1], gateway.drain_timeout_s + GATEWAY_EXIT_GRACE_S)

@@ -6,6 +6,7 @@ import gc
 import logging
 import signal
 
+from common.signal_wakeup import SignalWakeup
 from worker.engine.inference_engine import InferenceEngine
 from worker.server.health import HealthServer
 from worker.server.worker_config import WorkerConfig
@@ -50,9 +51,11 @@ def serve_worker(
         signal.signal(sig, on_signal)
     freeze_loaded_heap()
     log.info("worker %s dialing %s", config.worker_id, ", ".join(config.gateways))
+    wakeup = SignalWakeup()
     try:
-        server.run()
+        server.run(wakeup)
     finally:
+        wakeup.close()
         engine.shutdown()
         server.close()
         if health is not None:

@@ -23,6 +23,7 @@ from common.schemas import (
     Submit,
     Tokenize,
 )
+from common.signal_wakeup import SignalWakeup
 from common.wire import MAX_FRAMES_PER_MESSAGE, DropCounter, WireRefusal, encode
 from common.worker_stats import WorkerStats
 from worker.engine.inference_engine import InferenceEngine
@@ -109,9 +110,13 @@ class WorkerServer:
         """Registered with a gateway that answers, and taking requests."""
         return self.connected and not self.draining
 
-    def run(self) -> None:
+    def run(self, wakeup: SignalWakeup | None = None) -> None:
+        """The loop, until stopped or drained; `wakeup` (the main thread's) ends its waits
+        when a signal arrives, so that a drain starts at once."""
         events = self.relay.bind()
         self._poller.register(events, zmq.POLLIN)
+        if wakeup is not None:
+            self._poller.register(wakeup.fileno(), zmq.POLLIN)
         self.resolver.start()
         if self.kv_events is not None:
             self.kv_events.start()
@@ -134,6 +139,8 @@ class WorkerServer:
                     self._beat(waiting)
                 wake = min([next_beat, *self._silence_deadlines(), *self._register_retry(now)])
                 ready = dict(self._poller.poll(max(1, int((wake - now) * 1000) + 1)))
+                if wakeup is not None and wakeup.fileno() in ready:
+                    wakeup.clear()
                 if events in ready:
                     self._forward(events)
                 for link in list(self.links.values()):
