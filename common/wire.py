@@ -24,13 +24,12 @@ import msgpack
 
 from common.errors import RejectCode
 from common.schemas import MESSAGE_TYPES, PROTOCOL_VERSION, Message
+from common.wire_defaults import DEFAULT_MAX_FRAME_BYTES
 from common.wire_readers import Mismatch, Reader, Refused, field_names, reader
 
-DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 # A worker batches the events of one step into one multipart message, each part a whole
 # wire message; the gateway drops a message with more parts than this as malformed.
 MAX_FRAMES_PER_MESSAGE = 256
-DEFAULT_WORKER_BIND = "tcp://127.0.0.1:5557"
 TAG_KEY = "t"
 VERSION_KEY = "v"
 

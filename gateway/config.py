@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.cli_options import option
-from common.wire import DEFAULT_MAX_FRAME_BYTES, DEFAULT_WORKER_BIND
-from gateway.router import POLICIES
+from common.wire_defaults import DEFAULT_MAX_FRAME_BYTES, DEFAULT_WORKER_BIND
+from gateway.routing_names import ROUTING_POLICIES
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class GatewayConfig:
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     routing: str = field(
         default="exact",
-        metadata=option("how a worker is picked for a request", choices=tuple(POLICIES)),
+        metadata=option("how a worker is picked for a request", choices=ROUTING_POLICIES),
     )
     heartbeat_timeout_s: float = field(
         default=3.0,

@@ -19,7 +19,8 @@ from zmq.auth.asyncio import AsyncioAuthenticator
 
 from common.curve import make_server
 from common.schemas import Abort, GatewayBeat, Heartbeat, Message, Register
-from common.wire import DEFAULT_MAX_FRAME_BYTES, MAX_FRAMES_PER_MESSAGE, DropCounter, encode
+from common.wire import MAX_FRAMES_PER_MESSAGE, DropCounter, encode
+from common.wire_defaults import DEFAULT_MAX_FRAME_BYTES
 from gateway.registry import WorkerRegistry, WorkerState
 
 log = logging.getLogger(__name__)

@@ -119,17 +119,31 @@ def gguf_rows_in_records(block_format: str, blocks: int) -> torch.Tensor:
 
 def _rearranged(raw: torch.Tensor, block_format: str) -> torch.Tensor:
     """GGUF rows (out, blocks x block bytes) of any dtype → (tiles, blocks, record bytes)."""
-    block_bytes = GGUF_BLOCK_BYTES[block_format]
+    if raw.dtype == torch.uint8 and raw.is_contiguous():
+        # Every field of a block is whole 16-bit words: moved as words, half the elements
+        # (the load's largest copy).
+        words = _rearranged_units(raw.view(torch.int16), block_format, 2)
+        return words.view(torch.uint8)
+    return _rearranged_units(raw, block_format, 1)
+
+
+def _rearranged_units(raw: torch.Tensor, block_format: str, unit: int) -> torch.Tensor:
+    """_rearranged over elements of `unit` bytes each (1 or 2)."""
+    block = GGUF_BLOCK_BYTES[block_format] // unit
     out_features = raw.shape[0]
-    blocks = raw.shape[1] // block_bytes
-    tiles = _tiled(raw.reshape(out_features, blocks, block_bytes))  # (tiles, 8, blocks, bytes)
+    blocks = raw.shape[1] // block
+    tiles = _tiled(raw.reshape(out_features, blocks, block))  # (tiles, 8, blocks, block)
+    scale = 2 // unit  # an fp16 scale's elements
     halves = 2 if block_format == "q4_1" else 1
     scales = [
-        tiles[..., 2 * h : 2 * h + 2].permute(0, 2, 1, 3).reshape(-1, blocks, 2 * TILE)
+        tiles[..., scale * h : scale * (h + 1)]
+        .permute(0, 2, 1, 3)
+        .reshape(-1, blocks, scale * TILE)
         for h in range(halves)
     ]
-    codes = tiles[..., 2 * halves :]
-    groups = codes.shape[-1] // 4  # Q4_1: 4 groups of 4 bytes; Q8_0: 8
-    codes = codes.reshape(-1, TILE, blocks, groups, 4).permute(0, 2, 3, 1, 4)
-    records = torch.cat([*scales, codes.reshape(-1, blocks, groups * TILE * 4)], dim=-1)
+    codes = tiles[..., scale * halves :]
+    group = 4 // unit  # the records interleave the tile's columns 4 code bytes at a time
+    groups = codes.shape[-1] // group  # Q4_1: 4 groups; Q8_0: 8
+    codes = codes.reshape(-1, TILE, blocks, groups, group).permute(0, 2, 3, 1, 4)
+    records = torch.cat([*scales, codes.reshape(-1, blocks, groups * TILE * group)], dim=-1)
     return records.contiguous()

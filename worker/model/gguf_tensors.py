@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import mmap
 import warnings
@@ -31,10 +32,18 @@ class GgufFileError(ValueError):
 
 
 def read_gguf_header(path: Path) -> GgufHeader:
+    """The file's header; read once per version of the file (a load asks for it twice, and
+    a tokenizer's string arrays take ~50 ms to step over). Callers must not change it."""
     try:
-        return read_header(path)
+        stat = path.stat()
+        return _header_of(path, stat.st_mtime_ns, stat.st_size)
     except (GgufFormatError, OSError) as exc:
         raise GgufFileError(f"{path}: not a readable GGUF file: {exc}") from exc
+
+
+@functools.lru_cache(maxsize=4)
+def _header_of(path: Path, mtime_ns: int, size: int) -> GgufHeader:
+    return read_header(path)
 
 
 def read_gguf_config(path: Path) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from common.cli_options import option
-from common.wire import DEFAULT_MAX_FRAME_BYTES, DEFAULT_WORKER_BIND
+from common.wire_defaults import DEFAULT_MAX_FRAME_BYTES, DEFAULT_WORKER_BIND
 
 
 @dataclass(frozen=True)

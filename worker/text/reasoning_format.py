@@ -11,10 +11,12 @@ variable itself), and a prompt that still opens the reasoning gets it closed, em
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from common.sampling_params import SamplingParams
 from worker.text.reasoning_parser import ReasoningParser, ReasoningTags
+
+if TYPE_CHECKING:  # pydantic stays out of the option classes' imports (`astrai serve`)
+    from common.sampling_params import SamplingParams
 
 FORMATS = {
     "qwen3": ReasoningTags(),

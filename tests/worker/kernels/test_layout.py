@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from worker.kernels.layout import (
+    GGUF_BLOCK_BYTES,
     Q4_1_RECORD_BYTES,
     Q8_0_RECORD_BYTES,
     TILE,
@@ -120,6 +121,19 @@ def test_records_read_from_a_gguf_tensors_bytes_are_the_packed_records(block_for
     packed = pack_q4_1(values) if block_format == "q4_1" else pack_q8_0(values)
     assert read.out_features == rows
     assert torch.equal(read.records, packed.records)
+
+
+@pytest.mark.parametrize("block_format", ["q4_1", "q8_0"])
+def test_rows_not_laid_out_contiguously_read_as_the_same_records(block_format):
+    """A contiguous tensor's blocks move as 16-bit words, any other as bytes: same records."""
+    rows = torch.randint(0, 256, (13, 4 * GGUF_BLOCK_BYTES[block_format]), dtype=torch.uint8)
+    strided = torch.zeros(13, 2 * rows.shape[1], dtype=torch.uint8)[:, ::2]
+    strided.copy_(rows)
+    assert not strided.is_contiguous()
+    assert torch.equal(
+        records_from_gguf(rows, block_format).records,
+        records_from_gguf(strided, block_format).records,
+    )
 
 
 def test_gguf_rows_of_the_wrong_width_are_refused():
