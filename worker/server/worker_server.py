@@ -120,7 +120,7 @@ class WorkerServer:
         self.resolver.start()
         if self.kv_events is not None:
             self.kv_events.start()
-        next_beat = 0.0
+        next_beat = next_register_try = 0.0
         drain_deadline: float | None = None
         try:
             while not self._stopping.is_set():
@@ -132,12 +132,16 @@ class WorkerServer:
                         return
                 self._follow_addresses()
                 self._check_gateways(now)
+                waiting = [link for link in self.links.values() if link.register_waiting()]
                 if now >= next_beat:
                     self._beat()
                     next_beat = now + self.config.heartbeat_s
-                elif waiting := [link for link in self.links.values() if link.register_waiting()]:
+                    next_register_try = now + REGISTER_RETRY_S
+                elif waiting and now >= next_register_try:
                     self._beat(waiting)
-                wake = min([next_beat, *self._silence_deadlines(), *self._register_retry(now)])
+                    next_register_try = now + REGISTER_RETRY_S
+                retry = [next_register_try] if waiting else []
+                wake = min([next_beat, *self._silence_deadlines(), *retry])
                 ready = dict(self._poller.poll(max(1, int((wake - now) * 1000) + 1)))
                 if wakeup is not None and wakeup.fileno() in ready:
                     wakeup.clear()
@@ -207,12 +211,6 @@ class WorkerServer:
                 link.register_now = False
             link.send(encode(self._heartbeat(link.incarnation, stats)))
             link.beats += 1
-
-    def _register_retry(self, now: float) -> list[float]:
-        """When to try the unsent registers again: soon, while any is waiting."""
-        if any(link.register_waiting() for link in self.links.values()):
-            return [now + REGISTER_RETRY_S]
-        return []
 
     # -- messages -----------------------------------------------------------------------------
     def _forward(self, events: zmq.Socket[bytes]) -> None:
