@@ -92,3 +92,13 @@ def test_make_policy_rejects_unknown_names():
 
     with pytest.raises(ValueError, match="routing must be one of"):
         make_policy("random")
+
+
+def test_the_routing_option_names_every_policy_the_router_has():
+    """The gateway's --routing choices come from gateway.routing_names (no router imports)."""
+    from gateway.router import POLICIES
+    from gateway.routing_names import ROUTING_POLICIES
+
+    assert sorted(POLICIES) == sorted(ROUTING_POLICIES)
+    for name in ROUTING_POLICIES:
+        assert make_policy(name).name == name
