@@ -7,6 +7,10 @@ import { renderMarkdown } from "./markdown.js";
 import { PROTOCOLS } from "./protocols.js";
 
 const $ = (id) => document.getElementById(id);
+// A streamed reply is repainted at most this often. A timer rather than an animation frame:
+// a browser that produces no frames for a while (a busy machine, an occluded window) still
+// keeps the reply's text current, and a burst of events is one repaint either way.
+const PAINT_INTERVAL_MS = 30;
 
 /** What one reply measured, shown under it and kept in data attributes for tests. */
 class ReplyStats {
@@ -171,7 +175,7 @@ export class Playground {
         if (update.done) break;
         if (!pending) {
           pending = true;
-          requestAnimationFrame(paint);
+          setTimeout(paint, PAINT_INTERVAL_MS);
         }
       }
       state = "done";

@@ -131,7 +131,9 @@ def test_a_chat_streams_and_shows_its_stats_in_both_protocols(driver, default_se
     set_field(driver, "temperature", "0")
     set_field(driver, "max-tokens", "96")
     js(driver, RECORD_REPLY_GROWTH)
-    send(driver, "Write a Python function that adds two numbers.")
+    # A reply that runs to max_tokens (96): seconds of streaming, not one burst of a few events.
+    question = "Write a Python function that adds two numbers, with a docstring, type hints"
+    send(driver, question + " and three usage examples.")
     wait_for(driver, lambda: reply_state(driver) == "done", 120, "the first reply to finish")
     first = last_reply(driver)
     assert first["error"] is None and first["text"].strip(), first
