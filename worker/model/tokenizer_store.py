@@ -1,0 +1,46 @@
+"""Converted GGUF tokenizers kept by what they were converted from: a model's several
+quantizations (or a file moved or downloaded again) convert their tokenizer once."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from worker.machine.paths import cache_root
+from worker.model.gguf_tensors import read_gguf_header
+from worker.model.gguf_tokenizer import save_gguf_tokenizer
+
+# In a stored tokenizer's folder, written last: a folder without it is not finished.
+COMPLETE = ".complete"
+
+
+def copy_gguf_tokenizer(gguf_path: Path, folder: Path) -> None:
+    """Write `gguf_path`'s tokenizer files into `folder`: converted from the file the first time
+    its tokenizer (the bytes of its `tokenizer.*` keys and architecture) is seen, copied from
+    `<cache>/tokenizers/<digest>/` every other time. Raises GgufFileError as the conversion does."""
+    stored = _stored(gguf_path)
+    for item in stored.iterdir():
+        if item.name != COMPLETE:
+            shutil.copy2(item, folder / item.name)
+
+
+def _stored(gguf_path: Path) -> Path:
+    digest = read_gguf_header(gguf_path).tokenizer_digest
+    target = cache_root() / "tokenizers" / digest[:32]
+    if (target / COMPLETE).is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Converted in a private folder and renamed: workers starting together never see half one.
+    staging = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=target.parent))
+    try:
+        save_gguf_tokenizer(gguf_path, staging)
+        (staging / COMPLETE).touch()
+        try:
+            staging.rename(target)
+        except OSError:  # another worker's conversion got there first
+            if not (target / COMPLETE).is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
