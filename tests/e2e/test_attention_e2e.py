@@ -21,8 +21,10 @@ QUESTIONS = [
 def test_flex_attention_serves_the_answers_of_gathered_attention():
     # float32 on any device (bench/gpu_check.sh runs this on CUDA, whose default is bf16):
     # the two attentions then differ by rounding alone. A small cache (176 rows), as the CPU's
-    # reference flex kernel computes every query against every cache row.
-    server = Server("serve", "--kv-cache-mb", "8", "--attention", "flex", "--dtype", "float32")
+    # reference flex kernel computes every query against every cache row. No drafts: their
+    # decode-cost probe would time the reference kernel at eight batch sizes (~10 s here).
+    options = ("--kv-cache-mb", "8", "--dtype", "float32", "--speculative-tokens", "0")
+    server = Server("serve", *options, "--attention", "flex")
     try:
         server.wait_ready()
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
@@ -39,6 +41,10 @@ def test_flex_attention_serves_the_answers_of_gathered_attention():
         server.stop()
         assert not server.group_alive()
     with InferenceEngine(
-        kv_cache_mb=8, attention="gather", dtype="float32", device=engine_device()
+        kv_cache_mb=8,
+        attention="gather",
+        dtype="float32",
+        speculative_tokens=0,
+        device=engine_device(),
     ) as engine:
         assert [engine.generate(m, max_tokens=12, temperature=0) for m in QUESTIONS] == served

@@ -261,8 +261,10 @@ def test_flex_attention_over_the_pages_in_place_answers_as_the_gathering_path(
     shared = [[system, {"role": "user", "content": q}] for q in questions]
     chats = CHAT_PROMPTS[:3]
     # 16 MB: 352 cache rows, every query computed against each of them by the CPU's reference
-    # flex kernel; the shared system prompt's pages leave room for all three at once.
-    with InferenceEngine(dtype="float32", kv_cache_mb=16, attention="flex") as flex:
+    # flex kernel; the shared system prompt's pages leave room for all three at once. No
+    # drafts: their decode-cost probe would time the reference kernel at eight batch sizes.
+    options = {"dtype": "float32", "kv_cache_mb": 16, "speculative_tokens": 0}
+    with InferenceEngine(**options, attention="flex") as flex:
         runner = flex.scheduler.runner
         build = runner.build_batch
         planned: list[bool] = []
