@@ -10,10 +10,16 @@ from typing import Any
 import torch
 
 
-@functools.cache
 def transformers_from_gguf(source: Path) -> Any:
     """The file itself, dequantized by transformers' GGUF loader: an independent oracle. Shared:
     callers only read it (state, forward passes, generate)."""
+    # One load per file, whichever way a caller names it (the package's path, or the one a
+    # cached model folder records, resolved through any link).
+    return _loaded(source.resolve())
+
+
+@functools.cache
+def _loaded(source: Path) -> Any:
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(
