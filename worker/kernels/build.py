@@ -166,6 +166,12 @@ def native_kernels_available() -> bool:
     return True
 
 
+@functools.cache
+def prefill_attention_available() -> bool:
+    """Whether `astrai::prefill_attention` computes here (the native kernels, with AVX-512)."""
+    return native_kernels_available() and bool(torch.ops.astrai.prefill_attention_available())
+
+
 def kernel_isa() -> str | None:
     """Which instructions the block kernels run on here ("AVX-512", "AMX tiles ..."), or None
     without native kernels: compiled in by -march=native and, for AMX, granted by Linux."""

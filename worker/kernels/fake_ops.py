@@ -45,6 +45,13 @@ def _decode_attention(
     return qkv.new_empty((qkv.shape[0], num_heads * k_cache.shape[2]))
 
 
+@torch.library.register_fake("astrai::prefill_attention")
+def _prefill_attention(
+    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, group: int
+) -> torch.Tensor:
+    return queries.new_empty(queries.shape)
+
+
 @torch.library.register_fake("astrai::decode_layers")
 def _decode_layers(x: torch.Tensor, *args: object) -> torch.Tensor:
     return x.new_empty(x.shape)

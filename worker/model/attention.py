@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from worker.kernels.build import prefill_attention_available
 from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.config import ModelConfig
 from worker.model.norm import RMSNorm
@@ -174,21 +175,35 @@ class Attention(nn.Module):
             attended = self._attend_rows(q, k_cache, v_cache, batch, mask, single, rows)
             out.index_copy_(0, rows, attended)
             grouped.update(single)
+        # A plain causal mask (no window), float32 on the CPU: the native kernel, which reads
+        # the causal limit from the positions rather than a mask (docs/BENCHMARKS.md, "The
+        # native causal prefill attention").
+        native = self.window == 0 and d % 16 == 0 and q.device.type == "cpu"
+        native = native and q.dtype == torch.float32 and prefill_attention_available()
         for i, (qlen, klen) in enumerate(batch.seq_lengths):
             if i in grouped:
                 continue
             start = offsets[i]
             slots = batch.read_slots[i, :klen]
-            keys = k_cache.index_select(0, slots).to(q.dtype).view(klen, kvh, d).transpose(0, 1)
-            values = v_cache.index_select(0, slots).to(q.dtype).view(klen, kvh, d).transpose(0, 1)
+            keys = k_cache.index_select(0, slots).to(q.dtype).view(klen, kvh, d)
+            values = v_cache.index_select(0, slots).to(q.dtype).view(klen, kvh, d)
             # (KVH, Q*G, D), row q*G + g: the layout of the batch's mask rows.
             queries = q[start : start + qlen].view(qlen, kvh, g, d).transpose(0, 1)
             queries = queries.reshape(kvh, qlen * g, d)
-            rows_mask = mask[i : i + 1, :, : qlen * g, :klen]
-            # 4-d inputs: with 3-d ones the CPU falls back from the flash kernel to a slow
-            # reference path (bmm, where, softmax; docs/BENCHMARKS.md, Figures behind the code).
-            att = F.scaled_dot_product_attention(queries[None], keys[None], values[None], rows_mask)
-            att = att[0].view(kvh, qlen, g, d).transpose(0, 1).reshape(qlen, kvh * g * d)
+            if native:
+                att = torch.ops.astrai.prefill_attention(queries.contiguous(), keys, values, g)
+            else:
+                rows_mask = mask[i : i + 1, :, : qlen * g, :klen]
+                # 4-d inputs: with 3-d ones the CPU falls back from the flash kernel to a slow
+                # reference path (bmm, where, softmax; docs/BENCHMARKS.md, Figures behind the
+                # code).
+                att = F.scaled_dot_product_attention(
+                    queries[None],
+                    keys.transpose(0, 1)[None],
+                    values.transpose(0, 1)[None],
+                    rows_mask,
+                )[0]
+            att = att.view(kvh, qlen, g, d).transpose(0, 1).reshape(qlen, kvh * g * d)
             out[start : start + qlen] = att
         return out
 
