@@ -28,10 +28,6 @@ namespace astrai {
 namespace {
 
 #if defined(__AVX512F__)
-constexpr int64_t kRows = 6;       // query rows a micro-kernel holds
-constexpr int64_t kBlockRows = 48;  // query rows a task takes
-constexpr int64_t kKeys = 64;       // keys a block holds: 4 vectors of scores per row
-
 // e^x for 16 floats (exp8's method, vec_math.h).
 inline __m512 exp16(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.72283f));
@@ -51,65 +47,97 @@ inline __m512 exp16(__m512 x) {
   return _mm512_mul_ps(y, _mm512_castsi512_ps(pow2));
 }
 
-// scores[i][0..64) = q_i . keys[j], for R rows; key_t (D, 64): the block's keys transposed.
-template <int R>
-inline void block_scores(const float* q, int64_t q_stride, const float* key_t, int64_t dim,
+// The vector the kernel is written in, and its micro-kernels' shapes: as many accumulators
+// as the 32 registers hold beside the loads. (An AVX2 form, 6 x 16 scores and 4 x 16 values
+// on 16 registers, lost to torch's kernel on long contexts: docs/BENCHMARKS.md, "The native
+// causal prefill attention"; AVX2 CPUs keep torch's.)
+struct Vec {
+  using T = __m512;
+  static constexpr int64_t kLanes = 16;
+  static constexpr int64_t kScoreRows = 6, kScoreVectors = 4;  // 6 rows x 64 keys
+  static constexpr int64_t kValueRows = 6, kValueVectors = 4;  // 6 rows x 64 of D
+  static T zero() { return _mm512_setzero_ps(); }
+  static T load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
+  static T set1(float x) { return _mm512_set1_ps(x); }
+  static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
+  static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
+  static T add(T a, T b) { return _mm512_add_ps(a, b); }
+  static T max(T a, T b) { return _mm512_max_ps(a, b); }
+  static T exp_minus(T x, T m) { return exp16(_mm512_sub_ps(x, m)); }
+  static float sum(T v) { return _mm512_reduce_add_ps(v); }
+  static float top(T v) { return _mm512_reduce_max_ps(v); }
+};
+
+using V = Vec::T;
+constexpr int64_t kBlockRows = 48;  // query rows a task takes
+constexpr int64_t kKeys = 64;       // keys a block holds
+
+// scores[i][k0 .. k0 + NK lanes) = q_i . keys[j] for R rows; key_t (D, 64): the block's keys
+// transposed, each query element broadcast against a row of it.
+template <int R, int NK>
+inline void block_scores(const float* q, int64_t dim, const float* key_t, int64_t k0,
                          float* scores) {
-  __m512 acc[R][4];
+  V acc[R][NK];
   for (int i = 0; i < R; ++i) {
-    for (int c = 0; c < 4; ++c) acc[i][c] = _mm512_setzero_ps();
+    for (int c = 0; c < NK; ++c) acc[i][c] = Vec::zero();
   }
   for (int64_t d = 0; d < dim; ++d) {
-    const float* kt = key_t + d * kKeys;
-    const __m512 k0 = _mm512_loadu_ps(kt), k1 = _mm512_loadu_ps(kt + 16);
-    const __m512 k2 = _mm512_loadu_ps(kt + 32), k3 = _mm512_loadu_ps(kt + 48);
+    V k[NK];
+    for (int c = 0; c < NK; ++c) k[c] = Vec::load(key_t + d * kKeys + k0 + c * Vec::kLanes);
     for (int i = 0; i < R; ++i) {
-      const __m512 b = _mm512_set1_ps(q[i * q_stride + d]);
-      acc[i][0] = _mm512_fmadd_ps(b, k0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(b, k1, acc[i][1]);
-      acc[i][2] = _mm512_fmadd_ps(b, k2, acc[i][2]);
-      acc[i][3] = _mm512_fmadd_ps(b, k3, acc[i][3]);
+      const V b = Vec::set1(q[i * dim + d]);
+      for (int c = 0; c < NK; ++c) acc[i][c] = Vec::fma(b, k[c], acc[i][c]);
     }
   }
   for (int i = 0; i < R; ++i) {
-    for (int c = 0; c < 4; ++c) _mm512_storeu_ps(scores + i * kKeys + c * 16, acc[i][c]);
+    for (int c = 0; c < NK; ++c) Vec::store(scores + i * kKeys + k0 + c * Vec::kLanes, acc[i][c]);
   }
 }
 
-// out_i[d0 .. d0 + 16 NV) += sum_j probs[i][j] values[j][d0 ..], over `keys` keys, R rows.
+// out_i[d0 .. d0 + NV lanes) += sum_j probs[i][j] values[j][d0 ..], over `keys` keys, R rows.
 template <int R, int NV>
 inline void block_values(const float* probs, const float* values, int64_t v_stride,
                          int64_t keys, float* out, int64_t out_stride) {
-  __m512 acc[R][NV];
+  V acc[R][NV];
   for (int i = 0; i < R; ++i) {
-    for (int c = 0; c < NV; ++c) acc[i][c] = _mm512_loadu_ps(out + i * out_stride + c * 16);
+    for (int c = 0; c < NV; ++c) acc[i][c] = Vec::load(out + i * out_stride + c * Vec::kLanes);
   }
   for (int64_t j = 0; j < keys; ++j) {
-    __m512 v[NV];
-    for (int c = 0; c < NV; ++c) v[c] = _mm512_loadu_ps(values + j * v_stride + c * 16);
+    V v[NV];
+    for (int c = 0; c < NV; ++c) v[c] = Vec::load(values + j * v_stride + c * Vec::kLanes);
     for (int i = 0; i < R; ++i) {
-      const __m512 p = _mm512_set1_ps(probs[i * kKeys + j]);
-      for (int c = 0; c < NV; ++c) acc[i][c] = _mm512_fmadd_ps(p, v[c], acc[i][c]);
+      const V p = Vec::set1(probs[i * kKeys + j]);
+      for (int c = 0; c < NV; ++c) acc[i][c] = Vec::fma(p, v[c], acc[i][c]);
     }
   }
   for (int i = 0; i < R; ++i) {
-    for (int c = 0; c < NV; ++c) _mm512_storeu_ps(out + i * out_stride + c * 16, acc[i][c]);
+    for (int c = 0; c < NV; ++c) Vec::store(out + i * out_stride + c * Vec::kLanes, acc[i][c]);
+  }
+}
+
+template <int R>
+void rows_scores(const float* q, int64_t dim, const float* key_t, float* scores) {
+  constexpr int64_t step = Vec::kScoreVectors * Vec::kLanes;
+  for (int64_t k0 = 0; k0 < kKeys; k0 += step) {
+    block_scores<R, Vec::kScoreVectors>(q, dim, key_t, k0, scores);
   }
 }
 
 template <int R>
 void rows_values(const float* probs, const float* values, int64_t v_stride, int64_t keys,
                  int64_t dim, float* out) {
+  constexpr int64_t step = Vec::kValueVectors * Vec::kLanes;
   int64_t d0 = 0;
-  for (; d0 + 64 <= dim; d0 += 64) {
-    block_values<R, 4>(probs, values + d0, v_stride, keys, out + d0, dim);
+  for (; d0 + step <= dim; d0 += step) {
+    block_values<R, Vec::kValueVectors>(probs, values + d0, v_stride, keys, out + d0, dim);
   }
-  for (; d0 < dim; d0 += 16) {
+  for (; d0 < dim; d0 += Vec::kLanes) {
     block_values<R, 1>(probs, values + d0, v_stride, keys, out + d0, dim);
   }
 }
 
-// The R-row micro-kernels for R = 1 .. kRows, picked at run time for a block's last rows.
+// f(std::integral_constant<int, R>) for R = rows, 1 .. 6: the micro-kernels' row counts.
 template <typename F>
 void with_rows(int64_t rows, const F& f) {
   switch (rows) {
@@ -134,6 +162,35 @@ void transpose_keys(const float* k, int64_t key_stride, int64_t total, int64_t d
   for (int64_t d = 0; d < dim; ++d) std::fill(out + d * kKeys + n, out + (d + 1) * kKeys, 0.f);
 }
 
+inline void scale_row(float* row, int64_t dim, float factor) {
+  const V f = Vec::set1(factor);
+  for (int64_t d = 0; d < dim; d += Vec::kLanes) {
+    Vec::store(row + d, Vec::mul(Vec::load(row + d), f));
+  }
+}
+
+// Row i's softmax over one block of scores s (its first `seen` keys visible), into p; the
+// running max and sum updated, and the row's output rescaled to the new max.
+inline void online_softmax(float* s, float* p, int64_t seen, float& run_max, float& run_sum,
+                           float* out, int64_t dim) {
+  constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+  std::fill(s + seen, s + kKeys, kMinusInf);
+  V top = Vec::set1(kMinusInf);
+  for (int64_t j = 0; j < kKeys; j += Vec::kLanes) top = Vec::max(top, Vec::load(s + j));
+  const float new_max = std::max(run_max, Vec::top(top));
+  const float rescale = std::exp(run_max - new_max);  // 0 for the first block
+  const V m = Vec::set1(new_max);
+  for (int64_t j = 0; j < kKeys; j += Vec::kLanes) {
+    Vec::store(p + j, Vec::exp_minus(Vec::load(s + j), m));
+  }
+  std::fill(p + seen, p + kKeys, 0.f);  // exactly nothing from the keys it does not see
+  V sum = Vec::zero();
+  for (int64_t j = 0; j < kKeys; j += Vec::kLanes) sum = Vec::add(sum, Vec::load(p + j));
+  run_sum = run_sum * rescale + Vec::sum(sum);
+  run_max = new_max;
+  if (rescale != 1.f) scale_row(out, dim, rescale);
+}
+
 // One kv head's rows [row0, row0 + rows) over the keys they see; q pre-scaled by D^-0.5.
 void attend_block(const float* q, const float* key_t, const float* v, int64_t key_stride,
                   int64_t dim, int64_t first_query_pos, int64_t group, int64_t row0, int64_t rows,
@@ -144,64 +201,28 @@ void attend_block(const float* q, const float* key_t, const float* v, int64_t ke
   std::fill(run_sum, run_sum + rows, 0.f);
   std::fill(out, out + rows * dim, 0.f);
   const int64_t keys_seen = first_query_pos + (row0 + rows - 1) / group + 1;
-  const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t key0 = 0; key0 < keys_seen; key0 += kKeys) {
     const int64_t n = std::min(kKeys, keys_seen - key0);
     const float* block_t = key_t + (key0 / kKeys) * dim * kKeys;
-    for (int64_t i = 0; i < rows; i += kRows) {
-      with_rows(std::min(kRows, rows - i), [&](auto r) {
-        block_scores<decltype(r)::value>(q + (row0 + i) * dim, dim, block_t, dim,
-                                         scores + i * kKeys);
+    for (int64_t i = 0; i < rows; i += Vec::kScoreRows) {
+      with_rows(std::min(Vec::kScoreRows, rows - i), [&](auto r) {
+        rows_scores<decltype(r)::value>(q + (row0 + i) * dim, dim, block_t, scores + i * kKeys);
       });
     }
-    for (int64_t i = 0; i < rows; ++i) {  // the online softmax, row by row
+    for (int64_t i = 0; i < rows; ++i) {
       const int64_t last = first_query_pos + (row0 + i) / group;  // the last key it sees
       const int64_t seen = std::clamp<int64_t>(last - key0 + 1, 0, n);
-      float* s = scores + i * kKeys;
-      float* p = probs + i * kKeys;
-      __m512 x[4];
-      __m512 top = minus_inf;
-      for (int c = 0; c < 4; ++c) {
-        const int64_t live = std::clamp<int64_t>(seen - c * 16, 0, 16);
-        const __mmask16 lanes = static_cast<__mmask16>((1u << live) - 1);
-        x[c] = _mm512_mask_loadu_ps(minus_inf, lanes, s + c * 16);
-        top = _mm512_max_ps(top, x[c]);
-      }
-      const float new_max = std::max(run_max[i], _mm512_reduce_max_ps(top));
-      const float rescale = std::exp(run_max[i] - new_max);  // 0 for the first block
-      const __m512 m = _mm512_set1_ps(new_max);
-      __m512 sum = _mm512_setzero_ps();
-      for (int c = 0; c < 4; ++c) {  // e^-inf: 0 for the keys it does not see
-        const __m512 e = exp16(_mm512_sub_ps(x[c], m));
-        const __mmask16 seen_lanes = _mm512_cmp_ps_mask(x[c], minus_inf, _CMP_NEQ_OQ);
-        const __m512 kept = _mm512_maskz_mov_ps(seen_lanes, e);
-        _mm512_storeu_ps(p + c * 16, kept);
-        sum = _mm512_add_ps(sum, kept);
-      }
-      run_sum[i] = run_sum[i] * rescale + _mm512_reduce_add_ps(sum);
-      run_max[i] = new_max;
-      if (rescale != 1.f) {
-        float* o = out + i * dim;
-        const __m512 f = _mm512_set1_ps(rescale);
-        for (int64_t d = 0; d < dim; d += 16) {
-          _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), f));
-        }
-      }
+      online_softmax(scores + i * kKeys, probs + i * kKeys, seen, run_max[i], run_sum[i],
+                     out + i * dim, dim);
     }
-    for (int64_t i = 0; i < rows; i += kRows) {
-      with_rows(std::min(kRows, rows - i), [&](auto r) {
+    for (int64_t i = 0; i < rows; i += Vec::kValueRows) {
+      with_rows(std::min(Vec::kValueRows, rows - i), [&](auto r) {
         rows_values<decltype(r)::value>(probs + i * kKeys, v + key0 * key_stride, key_stride, n,
                                         dim, out + i * dim);
       });
     }
   }
-  for (int64_t i = 0; i < rows; ++i) {
-    const __m512 inv = _mm512_set1_ps(1.f / run_sum[i]);
-    float* o = out + i * dim;
-    for (int64_t d = 0; d < dim; d += 16) {
-      _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), inv));
-    }
-  }
+  for (int64_t i = 0; i < rows; ++i) scale_row(out + i * dim, dim, 1.f / run_sum[i]);
 }
 #endif
 
