@@ -3,8 +3,10 @@ quantizations (or a file moved or downloaded again) convert their tokenizer once
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
+from importlib.metadata import version
 from pathlib import Path
 
 from worker.machine.paths import cache_root
@@ -16,9 +18,10 @@ COMPLETE = ".complete"
 
 
 def copy_gguf_tokenizer(gguf_path: Path, folder: Path) -> None:
-    """Write `gguf_path`'s tokenizer files into `folder`: converted from the file the first time
-    its tokenizer (the bytes of its `tokenizer.*` keys and architecture) is seen, copied from
-    `<cache>/tokenizers/<digest>/` every other time. Raises GgufFileError as the conversion does."""
+    """Write `gguf_path`'s tokenizer files into `folder`: converted from the file the first
+    time this version of transformers sees its tokenizer (the bytes of its `tokenizer.*` keys
+    and architecture), copied from `<cache>/tokenizers/<key>/` every other time. Raises
+    GgufFileError as the conversion does."""
     stored = _stored(gguf_path)
     for item in stored.iterdir():
         if item.name != COMPLETE:
@@ -26,8 +29,10 @@ def copy_gguf_tokenizer(gguf_path: Path, folder: Path) -> None:
 
 
 def _stored(gguf_path: Path) -> Path:
-    digest = read_gguf_header(gguf_path).tokenizer_digest
-    target = cache_root() / "tokenizers" / digest[:32]
+    # The converter's version too: a newer transformers may convert the same bytes otherwise.
+    tokenizer = read_gguf_header(gguf_path).tokenizer_digest
+    key = hashlib.sha256(f"{tokenizer}|transformers {version('transformers')}".encode())
+    target = cache_root() / "tokenizers" / key.hexdigest()[:32]
     if (target / COMPLETE).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
