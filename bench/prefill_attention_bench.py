@@ -18,19 +18,10 @@ import torch.nn.functional as F
 
 from bench.types_bench import TEACHER_TEXT
 from worker.kernels.build import prefill_attention_available
+from worker.kernels.timing import best_ms
 from worker.machine.cpu_info import describe
 
 KV_HEADS, GROUP, DIM, CHUNK = 3, 3, 64, 256
-
-
-def best_ms(fn: Callable[[], object], calls: int = 7) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e3
 
 
 def chunk_kernels(keys: int) -> dict[str, Callable[[], object]]:
@@ -78,7 +69,7 @@ def main() -> None:
         times: dict[str, list[float]] = {"sdpa": [], "native": []}
         for _ in range(args.rounds):
             for name, fn in kernels.items():
-                times[name].append(best_ms(fn))
+                times[name].append(best_ms(fn, repeats=7))
         sdpa, native = min(times["sdpa"]), min(times["native"])
         print(f"| {keys} | {sdpa:.2f} | {native:.2f} | {sdpa / native:.2f}x |", flush=True)
     if args.prompt:

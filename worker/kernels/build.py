@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sysconfig
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from worker.machine.cache_folder import made_once
 from worker.machine.cpu_info import cpu_signature
 from worker.machine.paths import cache_root
 
@@ -130,23 +130,16 @@ def build_library() -> Path:
 
 
 def build_once(library: Path, what: str, make: Callable[[Path], None]) -> Path:
-    """`library` (`<cache>/<…>/<key>/<name>`), made by `make(path)` in a private folder that
-    is then renamed into place: workers starting together never load half a file."""
-    folder = library.parent
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".build-", dir=folder.parent))
-    try:
+    """`library` (`<cache>/<…>/<key>/<name>`), made by `make(path)` once (made_once: workers
+    starting together never load half a file)."""
+
+    def build(folder: Path) -> None:
         start = time.monotonic()
         log.info("compiling %s", what)
-        make(staging / library.name)
-        try:
-            staging.rename(folder)
-        except OSError:
-            if not library.is_file():
-                raise
+        make(folder / library.name)
         log.info("built in %.1f s: %s", time.monotonic() - start, library)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+    made_once(library.parent, library.name, build)
     return library
 
 

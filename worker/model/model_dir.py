@@ -7,11 +7,10 @@ import importlib.util
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
+from worker.machine.cache_folder import made_once
 from worker.machine.paths import cache_root
 from worker.model.gguf_tensors import read_gguf_config
 from worker.model.tokenizer_store import copy_gguf_tokenizer
@@ -69,21 +68,14 @@ def _gguf_folder(gguf_path: Path) -> Path:
     target = cache_root() / "models" / f"{gguf_path.stem}-{key.hexdigest()[:16]}-codes"
     if (target / GGUF_SOURCE).is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    # Build in a private folder and rename: workers starting together never see half a model.
-    staging = Path(tempfile.mkdtemp(prefix=".gguf-", dir=target.parent))
-    try:
+
+    def make(folder: Path) -> None:
         config = read_gguf_config(gguf_path)
-        (staging / "config.json").write_text(json.dumps(config, indent=2))
-        copy_gguf_tokenizer(gguf_path, staging)
-        (staging / GGUF_SOURCE).write_text(json.dumps({"file": str(gguf_path.resolve())}))
-        try:
-            staging.rename(target)
-        except OSError:
-            if not (target / GGUF_SOURCE).is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        (folder / "config.json").write_text(json.dumps(config, indent=2))
+        copy_gguf_tokenizer(gguf_path, folder)
+        (folder / GGUF_SOURCE).write_text(json.dumps({"file": str(gguf_path.resolve())}))
+
+    made_once(target, GGUF_SOURCE, make)
     log.info("read %s's config and tokenizer in %.1f s", gguf_path.name, time.monotonic() - started)
     return target

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
+from worker.machine.cache_folder import made_once
 from worker.machine.paths import cache_root
 from worker.model.gguf_tensors import read_gguf_header
 from worker.model.gguf_tokenizer import save_gguf_tokenizer
@@ -33,19 +33,9 @@ def _stored(gguf_path: Path) -> Path:
     tokenizer = read_gguf_header(gguf_path).tokenizer_digest
     key = hashlib.sha256(f"{tokenizer}|transformers {version('transformers')}".encode())
     target = cache_root() / "tokenizers" / key.hexdigest()[:32]
-    if (target / COMPLETE).is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Converted in a private folder and renamed: workers starting together never see half one.
-    staging = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=target.parent))
-    try:
-        save_gguf_tokenizer(gguf_path, staging)
-        (staging / COMPLETE).touch()
-        try:
-            staging.rename(target)
-        except OSError:  # another worker's conversion got there first
-            if not (target / COMPLETE).is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+    def make(folder: Path) -> None:
+        save_gguf_tokenizer(gguf_path, folder)
+        (folder / COMPLETE).touch()
+
+    return made_once(target, COMPLETE, make)
