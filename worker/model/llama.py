@@ -50,9 +50,9 @@ class LlamaModel(nn.Module):
         self._head: nn.Module | None = None  # set by pack_for_inference
         self._head_takes_float32 = True
         # Decode steps through worker.model.native_decode (set by pack_for_inference), with
-        # every layer in one native call when all of them are Q4_1 blocks.
+        # every layer in one native call where native_decode.stack_layers finds them all.
         self.native_decode = False
-        self.stacked_blocks: tuple[list[torch.Tensor | None], ...] | None = None
+        self.stacked_layers: native_decode.StackedLayers | None = None
         self.fused_blocks = False  # every layer Q4_1 blocks: prompt chunks with norms fused in
         # Kept in float32 and cast per forward, as the reference does; a second pair for the
         # sliding layers where their RoPE base differs (Gemma 3).
@@ -193,7 +193,7 @@ class LlamaModel(nn.Module):
             and self.config.llama_layers
             and native_kernels_available()
         )
-        self.stacked_blocks = native_decode.stack_blocks(self) if self.native_decode else None
+        self.stacked_layers = native_decode.stack_layers(self) if self.native_decode else None
         self.fused_blocks = self.native_decode and native_decode.all_q4_1_blocks(self)
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:  # (S, hidden) float32

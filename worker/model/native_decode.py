@@ -1,16 +1,17 @@
 """The decode step through the native CPU kernels: fused attention, SwiGLU and residual adds.
 
 Same arithmetic as LlamaModel's reference forward (tested equal), in five native calls per
-layer, or one for all layers when every linear layer is Q4_1 blocks, instead of ~40 torch ops
-per layer: at one decoding row the reference spent more time dispatching small ops from
-Python than multiplying. Used for forwards in which every sequence feeds exactly one token
-into a float32 or float16 cache on the CPU; everything else takes the reference path.
+layer, or one for all layers when every linear layer is blocks or a GGUF's codes on ggml's
+kernels (and our gemv), instead of ~40 torch ops per layer: at one decoding row the
+reference spent more time dispatching small ops from Python than multiplying. Used for
+forwards in which every sequence feeds exactly one token into a float32 or float16 cache on
+the CPU; everything else takes the reference path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +20,7 @@ from torch import nn
 from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.block_linear import BlockLinear
 from worker.model.config import ModelConfig
+from worker.model.ggml_linear import GgmlLinear
 
 if TYPE_CHECKING:
     from worker.model.block import Block
@@ -30,7 +32,7 @@ class NativeModel(Protocol):
 
     config: ModelConfig
     native_decode: bool
-    stacked_blocks: tuple[list[torch.Tensor | None], ...] | None
+    stacked_layers: StackedLayers | None
     embed_tokens: nn.Embedding
     rope_cos: torch.Tensor
     rope_sin: torch.Tensor
@@ -57,11 +59,15 @@ def forward(
     """Logits (S, vocab) float32 for the rows in `batch.logits_index`, as LlamaModel.forward."""
     x = model.embed_tokens(input_ids)  # (B, hidden) float32
     rope = (model.rope_cos, model.rope_sin)
-    weights = model.stacked_blocks
-    if weights is not None:  # every layer in blocks: the whole stack in one native call
+    stack = model.stacked_layers
+    if stack is not None and (stack.max_rows is None or x.shape[0] < stack.max_rows):
         x = torch.ops.astrai.decode_layers(
             x,
-            *weights,
+            stack.weights,
+            stack.parts,
+            stack.input_norms,
+            stack.post_norms,
+            stack.biases,
             [k for k, _ in kv_layers],
             [v for _, v in kv_layers],
             batch.positions,
@@ -72,7 +78,7 @@ def forward(
             model.config.num_kv_heads,
             model.config.sliding_window or 0,
             model.config.rms_norm_eps,
-            cast(BlockLinear, model.blocks[0].mlp.down_proj).panel_rows,
+            stack.panel_rows,
         )
     else:
         for layer, kv in zip(model.blocks, kv_layers, strict=True):
@@ -98,24 +104,76 @@ def all_q4_1_blocks(model: NativeModel) -> bool:
     )
 
 
-def stack_blocks(model: NativeModel) -> tuple[list[torch.Tensor | None], ...] | None:
-    """The per-layer weights astrai::decode_layers takes (records, norms, biases), when every
-    linear layer is Q4_1 blocks, the norms share the config's eps and the model has no q/k
-    norms (the one-call stack has none); else None."""
-    layers = model.blocks
-    linears = _linears(model)
-    norms = [(b.input_layernorm, b.post_attention_layernorm) for b in layers]
-    eligible = all_q4_1_blocks(model) and not model.config.qk_norm
-    if not eligible or any(n.eps != model.config.rms_norm_eps for pair in norms for n in pair):
+class StackedLayers(NamedTuple):
+    """What astrai::decode_layers takes to run every layer in one call: each linear layer's
+    weights and, five integers per weight, what computes it (csrc/decode_layers.cpp)."""
+
+    weights: list[torch.Tensor]
+    parts: list[int]  # per weight: linear index, kind, ggml type, out_features, woven
+    input_norms: list[torch.Tensor]
+    post_norms: list[torch.Tensor]
+    biases: list[torch.Tensor | None]  # four per layer: qkv, o, gate_up, down
+    panel_rows: int  # the block kernels' panel rows (0: no block layers)
+    max_rows: int | None  # from this many rows on, a ggml layer's panels: not in one call
+
+
+# csrc/decode_layers.cpp's PartKind.
+_Q4_1_RECORDS, _Q8_0_RECORDS, _GGML, _KQUANT_GEMV = range(4)
+
+
+def stack_layers(model: NativeModel) -> StackedLayers | None:
+    """The one-call stack, when every linear layer is blocks (Q4_1, Q8_0) or a GGUF's codes
+    on ggml's kernels and our gemv, the norms share the config's eps and the model has no
+    q/k norms (the one-call stack has none); else None."""
+    if model.config.qk_norm:
         return None
-    blocks = cast(list[tuple[BlockLinear, ...]], linears)
-    records: list[list[torch.Tensor | None]] = [[g[i].records for g in blocks] for i in range(4)]
-    return (
-        *records,
+    norms = [(b.input_layernorm, b.post_attention_layernorm) for b in model.blocks]
+    if any(n.eps != model.config.rms_norm_eps for pair in norms for n in pair):
+        return None
+    weights: list[torch.Tensor] = []
+    parts: list[int] = []
+    biases: list[torch.Tensor | None] = []
+    panel_rows, panel_from = 0, []
+    for index, linear in enumerate(group for layer in _linears(model) for group in layer):
+        if isinstance(linear, BlockLinear):
+            kind = _Q4_1_RECORDS if linear.block_format == "q4_1" else _Q8_0_RECORDS
+            weights.append(linear.records)
+            parts += [index, kind, 0, linear.out_features, 0]
+            panel_rows = linear.panel_rows
+        elif isinstance(linear, GgmlLinear):
+            for weight, fields in _ggml_parts(linear):
+                weights.append(weight)
+                parts += [index, *fields]
+            if linear.panel_from:
+                panel_from.append(linear.panel_from)
+        else:
+            return None
+        biases.append(linear.bias)
+    return StackedLayers(
+        weights,
+        parts,
         [pair[0].weight.float() for pair in norms],
         [pair[1].weight.float() for pair in norms],
-        *([group[i].bias for group in blocks] for i in range(4)),
+        biases,
+        panel_rows,
+        min(panel_from) if panel_from else None,
     )
+
+
+def _ggml_parts(linear: GgmlLinear) -> list[tuple[torch.Tensor, tuple[int, int, int, int]]]:
+    """A GgmlLinear's weights in its forward's order: a gemv segment as one weight, each of
+    ggml's parts as its own (consecutive ones are multiplied in one call)."""
+    found = []
+    for segment in linear.segments:
+        if segment.gemv:
+            weight = segment.weight
+            found.append((weight, (_KQUANT_GEMV, segment.type, weight.shape[0], 0)))
+            continue
+        first, last = segment.parts
+        for i in range(first, last):
+            fields = (_GGML, linear.types[i], linear.part_rows[i], linear.woven[i])
+            found.append((linear.weights[i], fields))
+    return found
 
 
 def _block(

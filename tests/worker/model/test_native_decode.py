@@ -18,11 +18,14 @@ from tests.worker.model_factory import (
     random_tokens,
     run,
     save_hf,
+    write_gguf,
 )
-from tests.worker.native import needs_native_kernels
+from tests.worker.native import needs_ggml, needs_native_kernels
 from worker.model import native_decode
 from worker.model.block_linear import BlockLinear
+from worker.model.ggml_linear import GgmlLinear
 from worker.model.loader import load_model
+from worker.model.model_dir import resolve_model_dir
 
 pytestmark = needs_native_kernels
 
@@ -41,9 +44,9 @@ def test_decode_steps_equal_the_reference_forward(arch: str, quantization: str |
     assert model.native_decode
     assert isinstance(model.layers[0].mlp.down_proj, BlockLinear) == blocks
     # Qwen3's q/k norms are not in the one-call stack: its layers go one call per op.
-    assert (model.stacked_blocks is not None) == (blocks and not model.config.qk_norm)
+    assert (model.stacked_layers is not None) == (blocks and not model.config.qk_norm)
     if quantization == "q4_1 per layer":
-        model.stacked_blocks = None
+        model.stacked_layers = None
     seqs = [random_tokens(n, seed=40 + n) for n in (5, 11, 2)]
     cache = new_cache(model.config, len(seqs))
     run(model, cache, *prefill_batch(model.config, [Chunk(s, t) for s, t in enumerate(seqs)]))
@@ -70,7 +73,7 @@ def test_gemma_layers_take_the_reference_forward(arch: str, quantization: str | 
 
     assert not model.native_decode
     assert not model.fused_blocks
-    assert model.stacked_blocks is None
+    assert model.stacked_layers is None
 
 
 def test_prefill_and_half_precision_caches_take_the_reference_path(tmp_path):
@@ -83,3 +86,48 @@ def test_prefill_and_half_precision_caches_take_the_reference_path(tmp_path):
     half = [(k.bfloat16(), v.bfloat16()) for k, v in cache.layers()]
     assert not native_decode.handles(model, decode, half)
     assert native_decode.handles(model, decode, cache.layers())
+
+
+# Layer 0 as llama-quantize's mixes write it (Q4_K woven beside Q6_K, Q5_0 through ggml's
+# vec_dot), layer 1 in our block records (Q4_1, and Q8_0 for the down projection).
+MIXED_TYPES = {
+    "blk.0.attn_q.weight": "Q4_K",
+    "blk.0.attn_k.weight": "Q4_K",
+    "blk.0.attn_v.weight": "Q6_K",
+    "blk.0.attn_output.weight": "Q5_0",
+    "blk.0.ffn_gate.weight": "Q5_0",
+    "blk.0.ffn_up.weight": "Q5_0",
+    "blk.0.ffn_down.weight": "Q6_K",
+    **{f"blk.1.{name}.weight": "Q4_1" for name in ("attn_q", "attn_k", "attn_v", "attn_output")},
+    "blk.1.ffn_gate.weight": "Q4_1",
+    "blk.1.ffn_up.weight": "Q4_1",
+    "blk.1.ffn_down.weight": "Q8_0",
+}
+
+
+@needs_ggml
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])  # qwen2: biases on q, k and v
+def test_a_gguf_of_mixed_types_decodes_every_layer_in_one_call(arch, tmp_path, monkeypatch):
+    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path / "cache"))
+    hf = hf_model(arch, hidden_size=256, intermediate_size=512, head_dim=64)
+    folder = resolve_model_dir(write_gguf(hf, tmp_path / "mixed.gguf", MIXED_TYPES))
+    model = load_model(folder, torch.float32, torch.device("cpu"), quantization="gguf")
+    assert isinstance(model.layers[0].mlp.gate_up_proj, GgmlLinear)
+    assert isinstance(model.layers[1].mlp.down_proj, BlockLinear)
+    stack = model.stacked_layers
+    assert stack is not None
+    seqs = [random_tokens(n, seed=60 + n) for n in (9, 4)]
+    cache = new_cache(model.config, len(seqs))
+    run(model, cache, *prefill_batch(model.config, [Chunk(s, t) for s, t in enumerate(seqs)]))
+    per_layer_cache = copy.deepcopy(cache)
+
+    for step in range(3):
+        chunks = [Chunk(s, [11 + step + s], start=len(t) + step) for s, t in enumerate(seqs)]
+        input_ids, batch = decode_batch(chunks)
+        one_call = run(model, cache, input_ids, batch)
+        model.stacked_layers = None  # the same kernels, one call per op from Python
+        per_layer = run(model, per_layer_cache, input_ids, batch)
+        model.stacked_layers = stack
+        # The same kernels on the same activations; only the norms' summation order differs.
+        assert max_diff(one_call, per_layer) < 1e-3 * per_layer.abs().max().item()
+        assert max_diff(cache.k, per_layer_cache.k) < 1e-3 * per_layer_cache.k.abs().max().item()

@@ -20,6 +20,7 @@
 #include "kquant_format.h"
 #include "kquant_gemv.h"
 #include "kquant_q6k_grouped.h"
+#include "ops.h"
 #include "panel_matmul.h"
 #include "parallel.h"
 
@@ -67,51 +68,6 @@ at::Tensor kquant_linear(const at::Tensor& x_in, const at::Tensor& weight, int64
   }
 #else
   TORCH_CHECK(false, "kquant_linear needs AVX2 (see kquant_linear_available)");
-#endif
-  return out;
-}
-
-// x (m, k) times a woven Q4_K weight (rows below the panels') or a grouped Q6_K one (every row
-// count) in 8-bit integers
-// (kquant_gemv.h).
-at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t type,
-                       int64_t out_features) {
-  const at::Tensor x = checked_input("kquant_gemv", x_in, weight, type, out_features, true);
-  const int64_t m = x.size(0), k = x.size(1), n = out_features;
-  at::Tensor out = at::empty({m, n}, x.options());
-  if (m == 0) return out;
-#if defined(ASTRAI_KQUANT_GEMV)
-  at::Tensor codes = at::empty({m, k}, x.options().dtype(at::kChar));
-  at::Tensor scales = at::empty({m, k / kSuperBlock}, x.options());
-  at::Tensor sums = at::empty({m, k / 16}, x.options().dtype(at::kInt));
-  at::Tensor pair_sums = at::empty({m, k / 64}, x.options().dtype(at::kInt));
-  // Q6_K's codes also in its grouped order (kquant_q6k_grouped.h).
-  at::Tensor grouped = at::empty({type == kGgmlQ4K ? 0 : m, k}, codes.options());
-  const float* in = x.data_ptr<float>();
-  parallel_chunks(m, 4, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r) {
-      int8_t* row_codes = codes.data_ptr<int8_t>() + r * k;
-      quantize_row_q8(in + r * k, k, row_codes, scales.data_ptr<float>() + r * (k / kSuperBlock),
-                      sums.data_ptr<int32_t>() + r * (k / 16), pair_sums.data_ptr<int32_t>() + r * (k / 64));
-      if (type != kGgmlQ4K) group_row_codes(row_codes, k, grouped.data_ptr<int8_t>() + r * k);
-    }
-  });
-  const QuantizedRows rows{codes.data_ptr<int8_t>(), scales.data_ptr<float>(),
-                           sums.data_ptr<int32_t>(), pair_sums.data_ptr<int32_t>(), k};
-  const uint8_t* w = weight.data_ptr<uint8_t>();
-  float* dst = out.data_ptr<float>();
-  const int64_t supers = k / kSuperBlock;
-  if (type == kGgmlQ4K) {
-    parallel_chunks(n / kTile, chunk_for(n / kTile, 8, 32), [&](int64_t first, int64_t last) {
-      q4_k_gemv_groups(w, supers, rows, m, first, last, dst, n);
-    });
-  } else {
-    parallel_chunks(n, chunk_for(n, 32, 256), [&](int64_t first, int64_t last) {
-      q6_k_grouped_gemv(w, supers, rows, grouped.data_ptr<int8_t>(), m, first, last, dst, n);
-    });
-  }
-#else
-  TORCH_CHECK(false, "kquant_gemv needs AVX-512 VNNI (see kquant_gemv_available)");
 #endif
   return out;
 }
@@ -177,6 +133,51 @@ bool kquant_linear_available() {
 }
 
 }  // namespace
+
+// x (m, k) times a woven Q4_K weight (rows below the panels') or a grouped Q6_K one (every row
+// count) in 8-bit integers
+// (kquant_gemv.h).
+at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t type,
+                       int64_t out_features) {
+  const at::Tensor x = checked_input("kquant_gemv", x_in, weight, type, out_features, true);
+  const int64_t m = x.size(0), k = x.size(1), n = out_features;
+  at::Tensor out = at::empty({m, n}, x.options());
+  if (m == 0) return out;
+#if defined(ASTRAI_KQUANT_GEMV)
+  at::Tensor codes = at::empty({m, k}, x.options().dtype(at::kChar));
+  at::Tensor scales = at::empty({m, k / kSuperBlock}, x.options());
+  at::Tensor sums = at::empty({m, k / 16}, x.options().dtype(at::kInt));
+  at::Tensor pair_sums = at::empty({m, k / 64}, x.options().dtype(at::kInt));
+  // Q6_K's codes also in its grouped order (kquant_q6k_grouped.h).
+  at::Tensor grouped = at::empty({type == kGgmlQ4K ? 0 : m, k}, codes.options());
+  const float* in = x.data_ptr<float>();
+  parallel_chunks(m, 4, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) {
+      int8_t* row_codes = codes.data_ptr<int8_t>() + r * k;
+      quantize_row_q8(in + r * k, k, row_codes, scales.data_ptr<float>() + r * (k / kSuperBlock),
+                      sums.data_ptr<int32_t>() + r * (k / 16), pair_sums.data_ptr<int32_t>() + r * (k / 64));
+      if (type != kGgmlQ4K) group_row_codes(row_codes, k, grouped.data_ptr<int8_t>() + r * k);
+    }
+  });
+  const QuantizedRows rows{codes.data_ptr<int8_t>(), scales.data_ptr<float>(),
+                           sums.data_ptr<int32_t>(), pair_sums.data_ptr<int32_t>(), k};
+  const uint8_t* w = weight.data_ptr<uint8_t>();
+  float* dst = out.data_ptr<float>();
+  const int64_t supers = k / kSuperBlock;
+  if (type == kGgmlQ4K) {
+    parallel_chunks(n / kTile, chunk_for(n / kTile, 8, 32), [&](int64_t first, int64_t last) {
+      q4_k_gemv_groups(w, supers, rows, m, first, last, dst, n);
+    });
+  } else {
+    parallel_chunks(n, chunk_for(n, 32, 256), [&](int64_t first, int64_t last) {
+      q6_k_grouped_gemv(w, supers, rows, grouped.data_ptr<int8_t>(), m, first, last, dst, n);
+    });
+  }
+#else
+  TORCH_CHECK(false, "kquant_gemv needs AVX-512 VNNI (see kquant_gemv_available)");
+#endif
+  return out;
+}
 
 // x (rows, in) float32 times a Q4_K weight woven by ggml's repack (astrai_ggml::interleave)
 // or a Q6_K one (kquant_linear: as the file holds it; kquant_gemv: grouped by

@@ -22,4 +22,8 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& positions,
                             const at::Tensor& read_slots, int64_t num_heads, int64_t num_kv_heads,
                             int64_t window);
 
+// x (m, k) times a woven Q4_K or grouped Q6_K weight with 8-bit activations (AVX-512 VNNI).
+at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t type,
+                       int64_t out_features);
+
 }  // namespace astrai
