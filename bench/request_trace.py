@@ -1,7 +1,7 @@
 """Per-request figures in arrival order: W2 TTFT by wave (engine, or `astrai serve` over
 HTTP), ITL per request (a server).
 
-python -m bench.request_trace w2-waves [--prefill-token-budget N]
+python -m bench.request_trace w2-waves [--prefill-token-budget N] [--precision exact]
 python -m bench.request_trace w2-http [--serve-arg=--speculative-tokens --serve-arg=0]
 python -m bench.request_trace server-itl --url http://127.0.0.1:8200 --requests 10
 """
@@ -23,16 +23,23 @@ from worker.engine.sequence import TokenEvent
 
 
 def w2_waves(
-    concurrency: int = 32, num_requests: int = 64, prefill_token_budget: int | None = None
+    concurrency: int = 32,
+    num_requests: int = 64,
+    prefill_token_budget: int | None = None,
+    precision: str | None = None,
 ) -> list[float]:
     """TTFT of each W2 request in submission order, closed loop at `concurrency`; the
-    engine's defaults, or the given prefill token budget."""
+    engine's defaults, or the given prefill token budget and precision."""
     workload = w2()
     params = SamplingParams(temperature=0, max_tokens=workload.max_tokens, ignore_eos=True)
     events: queue.Queue[TokenEvent] = queue.Queue()
     submitted: dict[str, float] = {}
     first: dict[str, float] = {}
-    options = {} if prefill_token_budget is None else {"prefill_token_budget": prefill_token_budget}
+    options: dict[str, int | str] = {}
+    if prefill_token_budget is not None:
+        options["prefill_token_budget"] = prefill_token_budget
+    if precision is not None:
+        options["precision"] = precision
     with InferenceEngine(**options) as engine:
         engine.generate("Hi", temperature=0, max_tokens=4)  # warm-up
         conversations = workload.conversations[:num_requests]
@@ -87,6 +94,7 @@ def main() -> None:
     parser.add_argument("--url")
     parser.add_argument("--requests", type=int, default=10)
     parser.add_argument("--prefill-token-budget", type=int, default=None, help="w2-waves only")
+    parser.add_argument("--precision", default=None, help="w2-waves only: file or exact")
     parser.add_argument(
         "--serve-arg", action="append", default=[], help="w2-http: an `astrai serve` argument"
     )
@@ -98,7 +106,7 @@ def main() -> None:
         print(" ".join(f"{start:.2f}/{ttft:.2f}" for start, ttft in starts))
         return
     if args.what == "w2-waves":
-        ttfts = w2_waves(prefill_token_budget=args.prefill_token_budget)
+        ttfts = w2_waves(prefill_token_budget=args.prefill_token_budget, precision=args.precision)
         half = len(ttfts) // 2
         first, second = statistics.mean(ttfts[:half]), statistics.mean(ttfts[half:])
         mean = statistics.mean(ttfts)

@@ -109,6 +109,7 @@ class InferenceEngine(GenerationAPI):
             exact_only=choices.exact_only,
             plan=choices.plan,
             config=config,
+            int8_activations=choices.int8_activations,
         )
         log.info("%s", choices.describe())
         if self.model.weight_paths:

@@ -22,6 +22,8 @@ class MachineChoices:
     device: torch.device
     quantization: str | None  # resolved: None, "gguf", "q4_1", "int8" or "int4"
     exact_only: bool  # q4_1 only where it keeps the checkpoint's values exactly
+    # A GGUF's Q4_1 / Q8_0 layers on 8-bit activations (precision "file"), as ggml computes it.
+    int8_activations: bool
     dtype: torch.dtype
     plan: KernelPlan | None  # the CPU's measured kernel choice; None off the CPU
     attention: str  # "flex" (the cache read in place) or "gather"
@@ -32,6 +34,7 @@ class MachineChoices:
     ) -> MachineChoices:
         device = torch.device(options.device)
         quantization, exact_only = resolve_quantization(options.quantization, model_dir, device)
+        int8_activations = quantization == "gguf" and options.precision == "file"
         plan = kernel_plan(measure) if device.type == "cpu" else None
         if plan is not None and options.compile and plan.float32_layout == "mkldnn":
             # torch.compile cannot trace oneDNN's packed weights; the next best layout.
@@ -48,7 +51,7 @@ class MachineChoices:
                 "attention flex is not implemented for this model's attention (sliding "
                 "layers among full ones, or soft-capped scores); use attention gather"
             )
-        return cls(device, quantization, exact_only, dtype, plan, attention)
+        return cls(device, quantization, exact_only, int8_activations, dtype, plan, attention)
 
     def describe(self) -> str:
         """The startup line that says which kernels and layouts this machine got."""
@@ -61,7 +64,12 @@ class MachineChoices:
             return f"device {self.device}, {self.dtype}, quantization {quantization}, {attention}"
         weights = {
             None: f"{self.dtype} weights",
-            "gguf": "the GGUF file's own codes",
+            "gguf": "the GGUF file's own codes, "
+            + (
+                "precision file (8-bit activations per block, as llama.cpp computes the file)"
+                if self.int8_activations
+                else "precision exact (float32 activations where a kernel takes them)"
+            ),
             "q4_1": "the file's own Q4_1 codes" if self.exact_only else "Q4_1 blocks (requantized)",
             "int4": "int4 (torch's kernel)",
             "int8": "int8 W8A8",

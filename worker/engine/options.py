@@ -16,6 +16,8 @@ QUANTIZATION_CHOICES = ("auto", "none", *WEIGHT_FORMS)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_CHOICES = ("auto", "flex", "gather")
 ROPE_SCALING_CHOICES = ("linear", "yarn")
+PRECISION_CHOICES = ("file", "exact")
+DEFAULT_PRECISION = "file"
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,18 @@ class EngineOptions:
             choices=QUANTIZATION_CHOICES,
         ),
     )
+    # "file": a GGUF's quantized layers compute as ggml computes the file, activations
+    # rounded to 8 bits per block (Q8_1 / Q8_0 / Q8_K): llama.cpp's results, and on the CPU
+    # the integer units' rate. "exact": our Q4_1 / Q8_0 kernels take float32 activations, so a
+    # Q4_1 file's greedy tokens equal transformers' on the same weights.
+    precision: str = field(
+        default=DEFAULT_PRECISION,
+        metadata=option(
+            "a GGUF's arithmetic: file (8-bit activations per block, as llama.cpp computes "
+            "it) or exact (float32 activations in the Q4_1 / Q8_0 kernels)",
+            choices=PRECISION_CHOICES,
+        ),
+    )
     # A faster single stream for a slower start: about a minute per graph on 2 cores, less
     # once inductor's cache is warm.
     compile: bool = field(
@@ -186,6 +200,10 @@ class EngineOptions:
             raise ValueError(
                 f"quantization must be None or one of {QUANTIZATION_CHOICES}, "
                 f"got {self.quantization!r}"
+            )
+        if self.precision not in PRECISION_CHOICES:
+            raise ValueError(
+                f"precision must be one of {PRECISION_CHOICES}, got {self.precision!r}"
             )
         if self.quantization in ("int4", "q4_1", "gguf") and self.device != "cpu":
             raise ValueError(

@@ -15,6 +15,7 @@ def _linear(
     eps: float,
     gated: bool,
     panel_rows: int,
+    int8: bool = False,
 ) -> torch.Tensor:
     return x.new_empty((x.shape[0], out_features))
 

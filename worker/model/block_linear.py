@@ -37,9 +37,13 @@ class BlockLinear(nn.Module):
         bias: torch.Tensor | None,
         block_format: str,
         panel_rows: int = DEFAULT_PANEL_ROWS,
+        int8: bool = False,
     ) -> None:
         super().__init__()
         self.panel_rows = panel_rows  # from this many rows on, the panel kernel
+        # Every row count on 8-bit activations (a GGUF's own arithmetic, as ggml computes it)
+        # instead of float32 ones.
+        self.int8 = int8
         self.block_format = block_format
         self.records = packed.records
         self.out_features = packed.out_features
@@ -69,7 +73,12 @@ class BlockLinear(nn.Module):
             eps,
             gated,
             self.panel_rows,
+            self.int8,
         )
 
     def extra_repr(self) -> str:
-        return f"in={self.in_features}, out={self.out_features}, kind={self.block_format}"
+        activations = "8-bit" if self.int8 else "float32"
+        return (
+            f"in={self.in_features}, out={self.out_features}, kind={self.block_format}, "
+            f"{activations} activations"
+        )

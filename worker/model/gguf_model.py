@@ -65,9 +65,16 @@ class WeightPaths:
 
 
 def load_gguf_model(
-    gguf_path: Path, config: ModelConfig, device: torch.device, plan: KernelPlan | None = None
+    gguf_path: Path,
+    config: ModelConfig,
+    device: torch.device,
+    plan: KernelPlan | None = None,
+    int8_activations: bool = False,
 ) -> LlamaModel:
-    """The decoder in float32 with every weight in the file's codes (CPU only)."""
+    """The decoder in float32 with every weight in the file's codes (CPU only); with
+    `int8_activations`, our Q4_1 / Q8_0 kernels round the activations to 8 bits per block as
+    ggml does (the file's own arithmetic, as the other types already compute), else they
+    multiply float32 activations."""
     if device.type != "cpu":
         raise ValueError("a GGUF's own codes run on the CPU; on CUDA it is dequantized at load")
     plan = plan or KernelPlan()
@@ -98,7 +105,7 @@ def load_gguf_model(
     embed_name = "model.embed_tokens.weight"
     head_name = "lm_head.weight" if "lm_head.weight" in tensors else embed_name
     embed = _take(gguf_path, tensors, embed_name)
-    head_layer = _linear(gguf_path, tensors, [head_name], plan, paths, suffix="")
+    head_layer = _linear(gguf_path, tensors, [head_name], plan, paths, int8_activations, "")
     tied = head_layer if head_name == embed_name else None
     model.embed_tokens = _embedding(gguf_path, embed, tied, paths)  # type: ignore[assignment]
     # A tied table's embedding reads the head's copy, or the file (F32, woven types): then
@@ -112,7 +119,7 @@ def load_gguf_model(
                 sources = (target,)
             names = [f"model.layers.{i}.{source}" for source in sources]
             owner_path, attr = target.rsplit(".", 1)
-            layer = _linear(gguf_path, tensors, names, plan, paths)
+            layer = _linear(gguf_path, tensors, names, plan, paths, int8_activations)
             setattr(block.get_submodule(owner_path), attr, layer)
             parts = [f"{name}.{kind}" for name in names for kind in ("weight", "bias")]
             weights.release(_held_tensors(layer), [n for n in parts if n in tensors])
@@ -197,6 +204,7 @@ def _linear(
     names: Sequence[str],
     plan: KernelPlan,
     paths: WeightPaths,
+    int8_activations: bool,
     suffix: str = ".weight",
 ) -> nn.Module:
     """One (fused) layer from the named tensors, in the fastest kernel their types allow."""
@@ -215,8 +223,9 @@ def _linear(
     if len(kinds) == 1 and (kind := kinds.pop()) in NATIVE_TYPES and native_kernels_available():
         raw = quant[0].data if len(quant) == 1 else torch.cat([q.data for q in quant])
         records = records_from_gguf(raw, NATIVE_TYPES[kind])
-        paths.add(kind, f"native {kind} kernel", len(parts))
-        return BlockLinear(records, bias, NATIVE_TYPES[kind], plan.panel_rows)
+        activations = "8-bit" if int8_activations else "float32"
+        paths.add(kind, f"native {kind} kernel, {activations} activations", len(parts))
+        return BlockLinear(records, bias, NATIVE_TYPES[kind], plan.panel_rows, int8_activations)
     for name, q in zip(names, quant, strict=True):
         _require_ggml(gguf_path, name, q.type_name)
     layer = GgmlLinear(quant, bias, plan.kquant_panel_rows)

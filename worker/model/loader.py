@@ -41,6 +41,7 @@ def load_model(
     exact_only: bool = False,
     plan: KernelPlan | None = None,
     config: ModelConfig | None = None,
+    int8_activations: bool = False,
 ) -> LlamaModel:
     """Build the decoder and fill it from the folder's *.safetensors files (or its GGUF).
 
@@ -51,14 +52,15 @@ def load_model(
     for batched matmuls. `quantization="gguf"` computes in a GGUF folder's own codes
     (worker.model.gguf_model); any other form of a GGUF folder starts from its weights
     dequantized in memory, the reference path. `config` replaces the folder's own (a context
-    stretched by worker.model.config.with_context).
+    stretched by worker.model.config.with_context). `int8_activations`: a GGUF's Q4_1 and Q8_0
+    layers round their activations to 8 bits per block, as ggml computes the file.
     """
     config = config or load_config(model_dir)
     if quantization == "gguf":
         source = gguf_source(model_dir)
         if source is None:
             raise ValueError(f"quantization gguf needs a GGUF file, and {model_dir} is a folder")
-        return load_gguf_model(source, config, device, plan)
+        return load_gguf_model(source, config, device, plan, int8_activations)
     with torch.device("meta"):
         model = LlamaModel(config).to(dtype=dtype)
     materialize(model, device)  # a tied embedding and head stay one parameter

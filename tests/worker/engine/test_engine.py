@@ -48,9 +48,12 @@ TEACHER_TEXT = (
 )
 
 
+# Precision exact: these tests hold the engine's paths to transformers' float32 answers and to
+# each other, which 8-bit activations (the default, precision file) would blur: there a change
+# of 1e-7 can move an activation across a rounding step.
 @pytest.fixture(scope="module")
 def engine() -> Iterator[InferenceEngine]:
-    with InferenceEngine(dtype="float32", kv_cache_mb=256) as eng:
+    with InferenceEngine(dtype="float32", precision="exact", kv_cache_mb=256) as eng:
         yield eng
 
 
@@ -208,7 +211,9 @@ def test_prompts_sharing_a_system_prompt_mid_page_answer_as_without_the_cache(
     hits_before = engine.get_stats()["prefix_cache_hit_tokens"]
     cached = [engine.generate(p, temperature=0, max_tokens=16) for p in prompts]
     assert engine.get_stats()["prefix_cache_hit_tokens"] - hits_before >= common
-    with InferenceEngine(dtype="float32", kv_cache_mb=64, enable_prefix_caching=False) as fresh:
+    with InferenceEngine(
+        dtype="float32", precision="exact", kv_cache_mb=64, enable_prefix_caching=False
+    ) as fresh:
         assert [fresh.generate(p, temperature=0, max_tokens=16) for p in prompts] == cached
 
 
@@ -246,7 +251,9 @@ def test_prompts_sharing_a_system_prompt_prefilled_together_answer_as_each_afres
     # Each other prompt's whole shared prefix, its last rows too (the first's own hits, from
     # earlier tests' prompts, come on top).
     assert engine.get_stats()["prefix_cache_hit_tokens"] - hits_before >= 3 * common
-    with InferenceEngine(dtype="float32", kv_cache_mb=64, enable_prefix_caching=False) as fresh:
+    with InferenceEngine(
+        dtype="float32", precision="exact", kv_cache_mb=64, enable_prefix_caching=False
+    ) as fresh:
         assert greedy_token_ids(fresh, prompts, max_tokens=12) == together
 
 
@@ -263,7 +270,7 @@ def test_flex_attention_over_the_pages_in_place_answers_as_the_gathering_path(
     # 16 MB: 352 cache rows, every query computed against each of them by the CPU's reference
     # flex kernel; the shared system prompt's pages leave room for all three at once. No
     # drafts: their decode-cost probe would time the reference kernel at eight batch sizes.
-    options = {"dtype": "float32", "kv_cache_mb": 16, "speculative_tokens": 0}
+    options = {"dtype": "float32", "precision": "exact", "kv_cache_mb": 16, "speculative_tokens": 0}
     with InferenceEngine(**options, attention="flex") as flex:
         runner = flex.scheduler.runner
         build = runner.build_batch
@@ -396,7 +403,7 @@ def test_stats_report_every_documented_field(engine: InferenceEngine):
 
 def test_contiguous_cache_gives_the_same_greedy_text(engine: InferenceEngine):
     with InferenceEngine(
-        dtype="float32", kv_cache="contiguous", max_model_len=512, max_seqs=4
+        dtype="float32", precision="exact", kv_cache="contiguous", max_model_len=512, max_seqs=4
     ) as other:
         assert other.generate(CHAT_PROMPTS[:2], temperature=0, max_tokens=16) == engine.generate(
             CHAT_PROMPTS[:2], temperature=0, max_tokens=16
@@ -404,7 +411,7 @@ def test_contiguous_cache_gives_the_same_greedy_text(engine: InferenceEngine):
 
 
 def test_shutdown_joins_the_scheduler_thread(default_model_dir: Path):
-    eng = InferenceEngine(dtype="float32", kv_cache_mb=64)
+    eng = InferenceEngine(dtype="float32", precision="exact", kv_cache_mb=64)
     thread = eng.scheduler._thread
     assert thread is not None and thread.is_alive()
     eng.shutdown()

@@ -106,14 +106,17 @@ MIXED_TYPES = {
 
 
 @needs_ggml
+@pytest.mark.parametrize("int8", [False, True], ids=["exact", "file"])  # the block layers'
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])  # qwen2: biases on q, k and v
-def test_a_gguf_of_mixed_types_decodes_every_layer_in_one_call(arch, tmp_path, monkeypatch):
+def test_a_gguf_of_mixed_types_decodes_every_layer_in_one_call(arch, int8, tmp_path, monkeypatch):
     monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path / "cache"))
     hf = hf_model(arch, hidden_size=256, intermediate_size=512, head_dim=64)
     folder = resolve_model_dir(write_gguf(hf, tmp_path / "mixed.gguf", MIXED_TYPES))
-    model = load_model(folder, torch.float32, torch.device("cpu"), quantization="gguf")
+    cpu = torch.device("cpu")
+    model = load_model(folder, torch.float32, cpu, quantization="gguf", int8_activations=int8)
     assert isinstance(model.layers[0].mlp.gate_up_proj, GgmlLinear)
-    assert isinstance(model.layers[1].mlp.down_proj, BlockLinear)
+    down = model.layers[1].mlp.down_proj
+    assert isinstance(down, BlockLinear) and down.int8 == int8
     stack = model.stacked_layers
     assert stack is not None
     seqs = [random_tokens(n, seed=60 + n) for n in (9, 4)]

@@ -129,3 +129,28 @@ def test_flex_attention_with_the_compiled_step_is_refused_on_the_cpu_only():
         EngineOptions(attention="flex", compile=True)
     EngineOptions(attention="flex", compile=True, device="cuda")
     EngineOptions(attention="flex")
+
+
+@pytest.mark.parametrize(
+    ("quantization", "precision", "int8"),
+    [("auto", "file", True), ("auto", "exact", False), ("none", "file", False)],
+)
+def test_a_gguf_computes_as_ggml_does_unless_precision_is_exact(quantization, precision, int8):
+    from worker.engine.machine_choices import MachineChoices
+    from worker.engine.options import EngineOptions
+
+    assert EngineOptions().precision == "file"
+    options = EngineOptions(quantization=quantization, precision=precision)
+    choices = MachineChoices.resolve(options, resolve_model_dir(None))  # the default Q4_1 file
+    assert choices.int8_activations == int8
+    line = choices.describe()
+    if quantization == "auto":
+        assert f"precision {precision}" in line
+        assert ("8-bit activations" in line) == int8
+
+
+def test_an_unknown_precision_is_refused_by_name():
+    from worker.engine.options import EngineOptions
+
+    with pytest.raises(ValueError, match="precision must be one of"):
+        EngineOptions(precision="fp8")

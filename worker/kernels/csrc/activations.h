@@ -48,6 +48,9 @@ enum class Scratch {
   kSplitSums,
   kAmxPanel,
   kAmxScales,
+  kInt8Codes,
+  kInt8Scales,
+  kInt8Sums,
   kCount  // the number of uses
 };
 

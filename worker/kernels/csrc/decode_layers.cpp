@@ -31,7 +31,15 @@ using OptionalTensors = c10::List<c10::optional<at::Tensor>>;
 
 // What computes one weight (a part of a linear layer), as worker/model/native_decode.py
 // describes it: five integers per part.
-enum class PartKind : int64_t { kQ4_1Records = 0, kQ8_0Records = 1, kGgml = 2, kKquantGemv = 3 };
+// Records kinds with 8-bit activations are the same records computed by int8_kernel.h.
+enum class PartKind : int64_t {
+  kQ4_1Records = 0,
+  kQ8_0Records = 1,
+  kGgml = 2,
+  kKquantGemv = 3,
+  kQ4_1RecordsInt8 = 4,
+  kQ8_0RecordsInt8 = 5,
+};
 constexpr int64_t kPartFields = 5;  // linear index, kind, ggml type, out_features, woven
 constexpr int kLinearsPerLayer = 4;  // qkv, o, gate_up, down
 
@@ -43,6 +51,11 @@ struct Part {
 
 using Linear = std::vector<Part>;
 
+bool is_records(PartKind kind) {
+  return kind == PartKind::kQ4_1Records || kind == PartKind::kQ8_0Records ||
+         kind == PartKind::kQ4_1RecordsInt8 || kind == PartKind::kQ8_0RecordsInt8;
+}
+
 std::vector<Linear> read_linears(at::TensorList weights, at::IntArrayRef fields, size_t count) {
   TORCH_CHECK(static_cast<int64_t>(fields.size()) == kPartFields * static_cast<int64_t>(weights.size()),
               "parts must hold ", kPartFields, " integers per weight");
@@ -52,14 +65,14 @@ std::vector<Linear> read_linears(at::TensorList weights, at::IntArrayRef fields,
     const int64_t* f = fields.data() + kPartFields * i;
     TORCH_CHECK(f[0] >= last && f[0] < static_cast<int64_t>(count), "part ", i,
                 " names linear ", f[0], ": parts must come in the linears' order");
-    TORCH_CHECK(f[1] >= 0 && f[1] <= 3, "part ", i, " has unknown kind ", f[1]);
+    TORCH_CHECK(f[1] >= 0 && f[1] <= 5, "part ", i, " has unknown kind ", f[1]);
     last = f[0];
     linears[f[0]].push_back({weights[i], static_cast<PartKind>(f[1]), f[2], f[3], f[4]});
   }
   for (size_t l = 0; l < count; ++l) {
     const Linear& linear = linears[l];
     TORCH_CHECK(!linear.empty(), "linear ", l, " has no weights");
-    const bool records = linear[0].kind == PartKind::kQ4_1Records || linear[0].kind == PartKind::kQ8_0Records;
+    const bool records = is_records(linear[0].kind);
     TORCH_CHECK(!records || linear.size() == 1, "linear ", l, " in records must be one part");
   }
   return linears;
@@ -102,12 +115,14 @@ at::Tensor apply(const Linear& linear, const at::Tensor& x, const c10::optional<
   const Part& first = linear[0];
   const c10::optional<at::Tensor> norm_weight =
       norm.defined() ? c10::optional<at::Tensor>(norm) : c10::nullopt;
-  if (first.kind == PartKind::kQ4_1Records)
+  const bool int8 =
+      first.kind == PartKind::kQ4_1RecordsInt8 || first.kind == PartKind::kQ8_0RecordsInt8;
+  if (first.kind == PartKind::kQ4_1Records || first.kind == PartKind::kQ4_1RecordsInt8)
     return block_linear<false>(x, first.weight, first.out_features, bias, residual, norm_weight,
-                               eps, gated, panel_rows);
-  if (first.kind == PartKind::kQ8_0Records)
+                               eps, gated, panel_rows, int8);
+  if (first.kind == PartKind::kQ8_0Records || first.kind == PartKind::kQ8_0RecordsInt8)
     return block_linear<true>(x, first.weight, first.out_features, bias, residual, norm_weight,
-                              eps, gated, panel_rows);
+                              eps, gated, panel_rows, int8);
   const at::Tensor in = prologue(x, norm, eps, gated);
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < linear.size();) {

@@ -8,13 +8,14 @@
 
 namespace astrai {
 
-// out = prologue(x) @ weight.T (+ bias) (+ residual); kQ8: Q8_0 records, else Q4_1.
+// out = prologue(x) @ weight.T (+ bias) (+ residual); kQ8: Q8_0 records, else Q4_1; int8:
+// the activations rounded to 8 bits per block (int8_kernel.h), else float32.
 template <bool kQ8>
 at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t out_features,
                         const c10::optional<at::Tensor>& bias,
                         const c10::optional<at::Tensor>& residual,
                         const c10::optional<at::Tensor>& norm_weight, double eps, bool gated,
-                        int64_t panel_rows);
+                        int64_t panel_rows, bool int8);
 
 at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& positions,
                             const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& k_cache,

@@ -23,6 +23,7 @@
 #include "activations.h"
 #include "block_format.h"
 #include "direct_kernel.h"
+#include "int8_kernel.h"
 #include "ops.h"
 #include "panel_matmul.h"
 #include "wide_direct_kernel.h"
@@ -72,6 +73,38 @@ void direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int6
   }
 }
 
+// The rows after their prologue, rounded to 8 bits per block (in parallel, row by row),
+// then each tile's records times all of them, four rows at a time.
+template <bool kQ8>
+void int8_direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int64_t tiles,
+                 int64_t blocks, float* out, const float* init) {
+  const int64_t m = input.size(0), k = blocks * kBlock, per_row = k / kBlock;
+  const Rows prepared = prepare_rows(input.data_ptr<float>(), m, k, kQ8, pro, false);
+  int8_t* codes = reinterpret_cast<int8_t*>(scratch(Scratch::kInt8Codes, (m * k + 3) / 4));
+  float* scales = scratch(Scratch::kInt8Scales, m * per_row);
+  float* sums = scratch(Scratch::kInt8Sums, m * per_row);
+  parallel_chunks(m, std::max<int64_t>(1, 8192 / k), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      quantize_row_int8(prepared.x + r * k, k, codes + r * k, scales + r * per_row,
+                        sums + r * per_row);
+  });
+  const Int8Rows rows{codes, scales, sums, k};
+  const int64_t run = blocks * record_bytes<kQ8>(), stride = tiles * kTile;
+  const int64_t chunk = std::max<int64_t>(1, std::min(chunk_for(tiles, 1, 64), 32768 / run));
+  parallel_chunks(tiles, chunk, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const uint8_t* records = w + t * run;
+      float* o = out + t * kTile;
+      const float* start = init == nullptr ? nullptr : init + t * kTile;
+      int64_t r = 0;
+#if defined(__AVX2__)
+      for (; r + 4 <= m; r += 4) int8_tile<kQ8, 4>(records, blocks, rows, r, o, start, stride);
+      for (; r < m; ++r) int8_tile<kQ8, 1>(records, blocks, rows, r, o, start, stride);
+#endif
+    }
+  });
+}
+
 }  // namespace
 
 template <bool kQ8>
@@ -79,7 +112,7 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
                         const c10::optional<at::Tensor>& bias,
                         const c10::optional<at::Tensor>& residual,
                         const c10::optional<at::Tensor>& norm_weight, double eps, bool gated,
-                        int64_t panel_rows) {
+                        int64_t panel_rows, bool int8) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be (rows, in) float32");
   TORCH_CHECK(weight.scalar_type() == at::kByte && weight.dim() == 3 && weight.is_contiguous(),
               "weight must be a contiguous (tiles, blocks, record) uint8 tensor");
@@ -102,7 +135,7 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
   // The direct kernel starts its sums from the residual (no separate add pass) when the
   // residual is laid out as its output is: float32, contiguous, no padding columns.
   at::Tensor init;
-  const bool direct_path = !(panel_rows > 0 && m >= panel_rows);
+  const bool direct_path = int8 || !(panel_rows > 0 && m >= panel_rows);
   if (residual.has_value() && direct_path && n == tiles * kTile &&
       residual->scalar_type() == at::kFloat && residual->sizes() == out.sizes()) {
     init = residual->contiguous();
@@ -114,13 +147,16 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
     float* o = out.data_ptr<float>();
 #if defined(__AVX2__)
     const float* start = init.defined() ? init.data_ptr<float>() : nullptr;
-    if (!direct_path) {
+    if (int8) {
+      int8_direct<kQ8>(input, pro, w, tiles, blocks, o, start);
+    } else if (!direct_path) {
       const Rows rows = prepare_rows(input.data_ptr<float>(), m, k, kQ8, pro, false);
       panel_matmul(RecordSource<kQ8>{w, blocks}, rows.x, m, tiles, blocks, o);
     } else {
       direct<kQ8>(input, pro, w, tiles, blocks, o, start);
     }
 #else
+    TORCH_CHECK(!int8, "8-bit activations need AVX2");
     direct<kQ8>(input, pro, w, tiles, blocks, o, init.defined() ? init.data_ptr<float>() : nullptr);
 #endif
   }
@@ -133,11 +169,11 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
 template at::Tensor block_linear<false>(const at::Tensor&, const at::Tensor&, int64_t,
                                         const c10::optional<at::Tensor>&,
                                         const c10::optional<at::Tensor>&,
-                                        const c10::optional<at::Tensor>&, double, bool, int64_t);
+                                        const c10::optional<at::Tensor>&, double, bool, int64_t, bool);
 template at::Tensor block_linear<true>(const at::Tensor&, const at::Tensor&, int64_t,
                                        const c10::optional<at::Tensor>&,
                                        const c10::optional<at::Tensor>&,
-                                       const c10::optional<at::Tensor>&, double, bool, int64_t);
+                                       const c10::optional<at::Tensor>&, double, bool, int64_t, bool);
 
 // Which instructions the block kernels run on here, for the startup log.
 std::string block_kernel_isa() {
@@ -155,14 +191,15 @@ std::string block_kernel_isa() {
 
 // out = prologue(x) @ weight.T (+ bias) (+ residual), prologue = [silu(gate) * up] then
 // [RMSNorm(norm_weight, eps)]: a decoder layer's norm, gate and residual add, fused.
-// panel_rows: from this many rows on, the panel kernel (0: never).
+// panel_rows: from this many rows on, the panel kernel (0: never); int8: every row count on
+// 8-bit activations instead (int8_kernel.h: the file's own arithmetic, as ggml computes it).
 TORCH_LIBRARY_FRAGMENT(astrai, m) {
   m.def(
       "q4_1_linear(Tensor x, Tensor weight, int out_features, Tensor? bias, Tensor? residual, "
-      "Tensor? norm_weight, float eps, bool gated, int panel_rows) -> Tensor");
+      "Tensor? norm_weight, float eps, bool gated, int panel_rows, bool int8=False) -> Tensor");
   m.def(
       "q8_0_linear(Tensor x, Tensor weight, int out_features, Tensor? bias, Tensor? residual, "
-      "Tensor? norm_weight, float eps, bool gated, int panel_rows) -> Tensor");
+      "Tensor? norm_weight, float eps, bool gated, int panel_rows, bool int8=False) -> Tensor");
   m.def("block_kernel_isa() -> str", &block_kernel_isa);  // no tensors: one kernel for all
 }
 

@@ -1,0 +1,84 @@
+"""The Q4_1 / Q8_0 block kernels on 8-bit activations: ggml's arithmetic on the same bytes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from gguf import GGMLQuantizationType as T
+
+from tests.worker.native import needs_ggml, needs_native_kernels
+from worker.kernels.layout import records_from_gguf
+from worker.model.block_linear import BlockLinear
+from worker.model.norm import RMSNorm
+
+pytestmark = [needs_native_kernels, needs_ggml]
+
+# Rows across the kernel's runs of four and their remainders; widths of one block and more;
+# outputs of one tile and of several, and one that ends in a partial tile.
+ROWS = [1, 2, 3, 4, 5, 7, 8, 13, 64]
+SHAPES = [(8, 32), (40, 96), (64, 576), (20, 128)]
+KINDS = {"q4_1": T.Q4_1, "q8_0": T.Q8_0}
+
+
+def ggml():
+    return torch.ops.astrai_ggml
+
+
+def layer(
+    block_format: str, out: int, k: int, seed: int, int8: bool
+) -> tuple[BlockLinear, torch.Tensor]:
+    """A block layer of random weights, and the same weights as ggml's rows of the file."""
+    kind = int(KINDS[block_format])
+    weight = torch.randn(out, k, generator=torch.Generator().manual_seed(seed))
+    rows = ggml().quantize(weight, kind)
+    linear = BlockLinear(records_from_gguf(rows, block_format), None, block_format, 16, int8)
+    return linear, rows
+
+
+def ggml_product(x: torch.Tensor, rows: torch.Tensor, block_format: str) -> torch.Tensor:
+    kind = int(KINDS[block_format])
+    return ggml().linear(x, [rows], [kind], [rows.shape[0]], [0], None)
+
+
+@pytest.mark.parametrize("block_format", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_kernel_computes_what_ggml_computes_on_the_same_bytes(block_format, shape):
+    out, k = shape
+    ours_layer, rows = layer(block_format, out, k, seed=out + k, int8=True)
+    float_layer, _ = layer(block_format, out, k, seed=out + k, int8=False)
+    for count in ROWS:
+        x = torch.randn(count, k, generator=torch.Generator().manual_seed(count))
+        ours, theirs = ours_layer(x), ggml_product(x, rows, block_format)
+        scale = theirs.abs().max()
+        # Both round the activations to 8 bits per block (scales through fp16, as ggml stores
+        # them) and multiply integers: equal but for the order of float additions.
+        assert (ours - theirs).abs().max() <= 2e-6 * scale, count
+        # The float32 kernel is not what ran: it differs by the activations' rounding.
+        assert (float_layer(x) - theirs).abs().max() > 20 * (ours - theirs).abs().max(), count
+
+
+@pytest.mark.parametrize("block_format", ["q4_1", "q8_0"])
+def test_norm_gate_bias_and_residual_are_fused_around_it(block_format):
+    out, k, count = 48, 256, 6
+    linear, rows = layer(block_format, out, k, seed=9, int8=True)
+    linear.bias = torch.randn(out)
+    gen = torch.Generator().manual_seed(3)
+    gate_up, residual = (
+        torch.randn(count, 2 * k, generator=gen),
+        torch.randn(count, out, generator=gen),
+    )
+    norm = RMSNorm(k, 1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(k, generator=gen) + 0.5)
+        prologue = F.silu(gate_up[:, :k]) * gate_up[:, k:]
+        prologue = norm.weight * F.rms_norm(prologue, (k,), eps=1e-5)
+        expected = ggml_product(prologue, rows, block_format) + linear.bias + residual
+        ours = linear(gate_up, residual=residual, norm=norm, gated=True)
+    # The prologue's float rounding may move an activation across a rounding boundary.
+    assert (ours - expected).abs().max() <= 1e-3 * expected.abs().max()
+
+
+def test_the_layer_says_which_activations_it_takes():
+    assert "8-bit activations" in repr(layer("q4_1", 8, 32, 0, int8=True)[0])
+    assert "float32 activations" in repr(layer("q4_1", 8, 32, 0, int8=False)[0])
