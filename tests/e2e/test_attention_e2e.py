@@ -19,11 +19,14 @@ QUESTIONS = [
 
 
 def test_flex_attention_serves_the_answers_of_gathered_attention():
-    # float32 on any device (bench/gpu_check.sh runs this on CUDA, whose default is bf16):
-    # the two attentions then differ by rounding alone. A small cache (176 rows), as the CPU's
-    # reference flex kernel computes every query against every cache row. No drafts: their
+    # float32 on any device (bench/gpu_check.sh runs this on CUDA, whose default is bf16) and
+    # float32 activations (precision exact): the two attentions then differ by rounding alone,
+    # which 8-bit activations could turn into a different code, and a different greedy token.
+    # A small cache (176 rows), as the CPU's reference flex kernel computes every query against
+    # every cache row. No drafts: their
     # decode-cost probe would time the reference kernel at eight batch sizes (~10 s here).
     options = ("--kv-cache-mb", "8", "--dtype", "float32", "--speculative-tokens", "0")
+    options += ("--precision", "exact")
     server = Server("serve", *options, "--attention", "flex")
     try:
         server.wait_ready()
@@ -44,6 +47,7 @@ def test_flex_attention_serves_the_answers_of_gathered_attention():
         kv_cache_mb=8,
         attention="gather",
         dtype="float32",
+        precision="exact",
         speculative_tokens=0,
         device=engine_device(),
     ) as engine:

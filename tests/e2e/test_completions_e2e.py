@@ -8,9 +8,11 @@ import openai
 import pytest
 import torch
 
+from bench.accuracy import sequence_logits
 from tests.e2e.harness import Server
 from tests.e2e.sdk import MODEL, openai_client
 from tests.worker.gguf_oracle import transformers_from_gguf
+from worker.model.loader import load_model
 from worker.model.model_dir import gguf_source, resolve_model_dir
 
 pytestmark = pytest.mark.slow
@@ -187,15 +189,25 @@ def test_echo_with_logprobs_scores_the_prompt_as_transformers_does(
     assert len(logprobs.tokens) == len(ids) + 1
     assert "".join(logprobs.tokens[: len(ids)]) == LOGLIKELIHOOD_TEXT
     assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
-    source = gguf_source(resolve_model_dir(None))
+    model_dir = resolve_model_dir(None)
+    source = gguf_source(model_dir)
     assert source is not None
+    # The served arithmetic (precision file: 8-bit activations per block), in process.
+    ours = load_model(
+        model_dir, torch.float32, torch.device("cpu"), quantization="gguf", int8_activations=True
+    )
+    expected = torch.log_softmax(sequence_logits(ours, ids), dim=-1)
     with torch.inference_mode():
         logits = transformers_from_gguf(source)(torch.tensor([ids])).logits[0]
-    expected = torch.log_softmax(logits.float(), dim=-1)
+    dequantized = torch.log_softmax(logits.float(), dim=-1)
     for position in range(1, len(ids)):
         want = float(expected[position - 1, ids[position]])
-        # The served file's Q4_1 kernels against the same file dequantized: rounding only.
+        # One forward over the whole prompt against the served prefill: summation order only.
         assert logprobs.token_logprobs[position] == pytest.approx(want, abs=2e-3)
+        # And the file dequantized to float32: the activations' 8-bit rounding only (a token
+        # scored at the wrong position would be off by nats).
+        float32 = float(dequantized[position - 1, ids[position]])
+        assert logprobs.token_logprobs[position] == pytest.approx(float32, abs=0.25)
     # vLLM's form of the same numbers: per position the prompt token's entry, ranked.
     vllm = (scored.choices[0].model_extra or {})["prompt_logprobs"]
     assert vllm[0] is None and len(vllm) == len(ids)

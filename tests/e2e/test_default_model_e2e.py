@@ -10,7 +10,10 @@ from tests.e2e.harness import Server, wait_until
 
 pytestmark = pytest.mark.slow
 MODEL = "SmolLM2-135M-Instruct"
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+# A question the default file answers right in either precision (under precision file, its
+# default, "the capital of France" starts as llama-server's answer on the same file does:
+# "L'Étoile, la Marseillaise", not Paris; README "Precision").
+QUESTION = [{"role": "user", "content": "What is the capital of Germany?"}]
 
 
 @pytest.fixture(scope="module")
@@ -23,12 +26,12 @@ def test_openai_sdk_answers_a_real_question(server: Server):
     reply = client.chat.completions.create(
         model=MODEL, messages=QUESTION, max_tokens=20, temperature=0
     )
-    assert "Paris" in reply.choices[0].message.content
+    assert "Berlin" in reply.choices[0].message.content
     assert reply.choices[0].finish_reason == "stop"
     stream = client.chat.completions.create(
         model=MODEL, messages=QUESTION, max_tokens=20, temperature=0, stream=True
     )
-    assert "Paris" in "".join(c.choices[0].delta.content or "" for c in stream)
+    assert "Berlin" in "".join(c.choices[0].delta.content or "" for c in stream)
 
 
 def test_anthropic_sdk_answers_a_real_question(server: Server):
@@ -36,13 +39,13 @@ def test_anthropic_sdk_answers_a_real_question(server: Server):
     message = client.messages.create(
         model=MODEL, max_tokens=20, messages=QUESTION, extra_body={"temperature": 0}
     )
-    assert "Paris" in message.content[0].text
+    assert "Berlin" in message.content[0].text
     assert message.stop_reason == "end_turn"
     with client.messages.stream(
         model=MODEL, max_tokens=20, messages=QUESTION, extra_body={"temperature": 0}
     ) as stream:
         text = "".join(stream.text_stream)
-    assert "Paris" in text
+    assert "Berlin" in text
 
 
 def test_stats_show_the_prefix_cache_at_work(server: Server):

@@ -11,7 +11,9 @@ from worker.engine.inference_engine import InferenceEngine
 pytestmark = pytest.mark.slow
 MODEL = "SmolLM2-135M-Instruct"
 QUESTIONS = [
-    [{"role": "user", "content": "What is the capital of France?"}],
+    # A question the default file answers right in either precision (under precision file,
+    # its default, "the capital of France" starts as llama-server's answer does: not Paris).
+    [{"role": "user", "content": "What is the capital of Germany?"}],
     [{"role": "user", "content": "Name three colours and say why you like them."}],
 ]
 
@@ -27,7 +29,7 @@ def test_a_float16_cache_holds_twice_the_tokens_and_answers_as_in_process():
                 model=MODEL, messages=messages, max_tokens=32, temperature=0, stream=True
             )
             served.append("".join(c.choices[0].delta.content or "" for c in stream))
-        assert "Paris" in served[0]
+        assert "Berlin" in served[0]
         [worker] = server.stats()["workers"]
         pages = int(worker["kv_pages_total"])
     finally:
