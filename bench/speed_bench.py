@@ -151,15 +151,18 @@ def main() -> None:
         top1_agreement,
         resolve_model_dir(None),
         {
-            "default (auto: the GGUF's own Q4_1 codes, native kernels)": {
+            "default (the GGUF's own Q4_1 codes, precision file: 8-bit activations)": {
                 "dtype": torch.float32,
-                "quantization": "q4_1",
-                "exact_only": True,
+                "quantization": "gguf",
+                "int8_activations": True,
             },
-            "default with --kv-cache-dtype float16": {
+            "--precision exact (float32 activations)": {
                 "dtype": torch.float32,
-                "quantization": "q4_1",
-                "exact_only": True,
+                "quantization": "gguf",
+            },
+            "--precision exact with --kv-cache-dtype float16": {
+                "dtype": torch.float32,
+                "quantization": "gguf",
                 "kv_dtype": torch.float16,
             },
             "bfloat16 weights (fp32 residual and head)": {"dtype": torch.bfloat16},

@@ -2,11 +2,11 @@
 // activations, with a decoder layer's RMSNorm, SwiGLU gate and residual add fused around it.
 //
 // Why: a decode step of a small model reads every weight once per token, and 4-bit weights are
-// an eighth of float32's bytes. The activations stay float32: quantizing them to 8 bits per
-// block of 32 (llama.cpp's scheme, tried first) cut top-1 agreement with the float32 model to
-// 92%, where this keeps it exact up to summation order; and on an AVX2 CPU the FMA units, not
-// the integer ones, are the wider path. Built with -march=native on the machine that runs it
-// (worker/kernels/build.py); the scalar branches keep any other CPU correct.
+// an eighth of float32's bytes. Two arithmetics: the activations rounded to 8 bits per block
+// of 32 (`int8`: llama.cpp's, int8_kernel.h, the default for a GGUF) or kept float32 (exact to
+// the file up to summation order: --precision exact, and a folder's weights). Built with
+// -march=native on the machine that runs it (worker/kernels/build.py); the scalar branches
+// keep any other CPU correct.
 //
 // Few rows go through the direct kernel (direct_kernel.h), from `panel_rows` rows on through
 // the panel kernel (panel_kernel.h; on AMX, amx_panel_kernel.h); the probe
