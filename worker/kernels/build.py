@@ -173,6 +173,12 @@ def kernel_isa() -> str | None:
     return str(torch.ops.astrai.block_kernel_isa())
 
 
+def int8_block_kernels_available() -> bool:
+    """Whether our Q4_1 / Q8_0 kernels take 8-bit activations here (csrc/int8_kernel.h: AVX2
+    and up); elsewhere a GGUF's precision file goes through ggml's kernels for those types."""
+    return kernel_isa() not in (None, "scalar")
+
+
 def main() -> None:
     """`python -m worker.kernels.build`: build now (make install does), say what happened."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from worker.kernels.build import native_kernels_available
+from worker.kernels.build import int8_block_kernels_available, native_kernels_available
 from worker.kernels.ggml_build import ggml_isa, ggml_kernels_available
 from worker.kernels.layout import records_from_gguf
 from worker.kernels.plan import KernelPlan
@@ -220,12 +220,16 @@ def _linear(
         return PackedLinear(weight.contiguous(), bias, float32_layout=plan.float32_layout)
     quant = [_as_quant(p) for p in parts]
     kinds = {q.type_name for q in quant}
-    if len(kinds) == 1 and (kind := kinds.pop()) in NATIVE_TYPES and native_kernels_available():
+    # Precision file where our block kernels lack 8-bit activations (no AVX2): ggml's kernels
+    # compute the file's arithmetic instead, where they are here; else ours in float32.
+    int8 = int8_activations and int8_block_kernels_available()
+    ours = native_kernels_available() and (int8 == int8_activations or not ggml_kernels_available())
+    if len(kinds) == 1 and (kind := kinds.pop()) in NATIVE_TYPES and ours:
         raw = quant[0].data if len(quant) == 1 else torch.cat([q.data for q in quant])
         records = records_from_gguf(raw, NATIVE_TYPES[kind])
-        activations = "8-bit" if int8_activations else "float32"
+        activations = "8-bit" if int8 else "float32"
         paths.add(kind, f"native {kind} kernel, {activations} activations", len(parts))
-        return BlockLinear(records, bias, NATIVE_TYPES[kind], plan.panel_rows, int8_activations)
+        return BlockLinear(records, bias, NATIVE_TYPES[kind], plan.panel_rows, int8)
     for name, q in zip(names, quant, strict=True):
         _require_ggml(gguf_path, name, q.type_name)
     layer = GgmlLinear(quant, bias, plan.kquant_panel_rows)

@@ -228,3 +228,31 @@ def test_an_unknown_tensor_type_is_named_with_its_tensor(tmp_path, monkeypatch):
         from worker.model.gguf_tensors import read_gguf_tensors
 
         read_gguf_tensors(path)
+
+
+@needs_native_kernels
+@needs_ggml
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+def test_precision_file_computes_our_records_as_ggml_computes_the_file(
+    tmp_path, monkeypatch, kind
+):
+    types = {f"{name}.weight": kind for name in LINEARS}
+    folder = gguf_folder(tmp_path, monkeypatch, "llama", types)
+    ours = load_model(folder, torch.float32, CPU, quantization="gguf", int8_activations=True)
+    layer = ours.layers[0].self_attn.qkv_proj
+    assert isinstance(layer, BlockLinear) and layer.int8
+    # Where our block kernels lack 8-bit activations, ggml's kernels take those types.
+    monkeypatch.setattr("worker.model.gguf_model.int8_block_kernels_available", lambda: False)
+    theirs = load_model(folder, torch.float32, CPU, quantization="gguf", int8_activations=True)
+    assert isinstance(theirs.layers[0].self_attn.qkv_proj, GgmlLinear)
+    exact = load_model(folder, torch.float32, CPU, quantization="gguf")
+    assert isinstance(exact.layers[0].self_attn.qkv_proj, BlockLinear)
+
+    ids = random_tokens(32, seed=5)
+    a, b = sequence_logits(ours, ids), sequence_logits(theirs, ids)
+    # The same arithmetic: only the order of float additions parts them (a rare activation
+    # may round to the other code through it).
+    assert (a - b).abs().max() <= 2e-3 * b.abs().max()
+    assert top1_agreement(a, b) == 1.0
+    # Float32 activations are further off ggml's than our 8-bit ones.
+    assert (sequence_logits(exact, ids) - b).abs().max() > 5 * (a - b).abs().max()
