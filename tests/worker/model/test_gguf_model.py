@@ -233,9 +233,7 @@ def test_an_unknown_tensor_type_is_named_with_its_tensor(tmp_path, monkeypatch):
 @needs_native_kernels
 @needs_ggml
 @pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
-def test_precision_file_computes_our_records_as_ggml_computes_the_file(
-    tmp_path, monkeypatch, kind
-):
+def test_precision_file_computes_our_records_as_ggml_computes_the_file(tmp_path, monkeypatch, kind):
     types = {f"{name}.weight": kind for name in LINEARS}
     folder = gguf_folder(tmp_path, monkeypatch, "llama", types)
     ours = load_model(folder, torch.float32, CPU, quantization="gguf", int8_activations=True)
