@@ -14,6 +14,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
 #include <torch/library.h>
 
 #include <cstdint>
@@ -78,23 +79,15 @@ std::vector<Linear> read_linears(at::TensorList weights, at::IntArrayRef fields,
   return linears;
 }
 
-// The activations a linear reads: [silu(gate) * up], then [RMSNorm], row by row.
+// The activations a linear reads: [silu(gate) * up], then [RMSNorm], as the block kernels
+// prepare theirs (activations.h); the rows live in this thread's scratch until its next use.
 at::Tensor prologue(const at::Tensor& x, const at::Tensor& norm, double eps, bool gated) {
   if (!gated && !norm.defined()) return x;
   const int64_t m = x.size(0), k = gated ? x.size(1) / 2 : x.size(1);
-  at::Tensor out = at::empty({m, k}, x.options());
-  const float* src = x.data_ptr<float>();
-  float* dst = out.data_ptr<float>();
-  for (int64_t r = 0; r < m; ++r) {
-    float* row = dst + r * k;
-    if (gated) {
-      gate_row(src + r * 2 * k, k, row);
-    } else {
-      std::copy_n(src + r * k, k, row);
-    }
-    if (norm.defined()) norm_row(row, k, norm.data_ptr<float>(), static_cast<float>(eps));
-  }
-  return out;
+  const Prologue pro{gated, norm.defined() ? norm.data_ptr<float>() : nullptr,
+                     static_cast<float>(eps)};
+  const Rows rows = prepare_rows(x.data_ptr<float>(), m, k, false, pro, false);
+  return at::from_blob(rows.x, {m, k}, x.options());
 }
 
 at::Tensor ggml_linear(const at::Tensor& x, const std::vector<at::Tensor>& weights,
