@@ -39,7 +39,7 @@ class SamplingParams(BaseModel):
     max_tokens: Annotated[int, rules.count(1)] | None = None
     # A max_tokens past what the context leaves after the prompt is cut to it (the answer
     # then ends with "length" when the context fills), as llama.cpp's server does; off, it
-    # is refused (OpenAI's routes keep that 400).
+    # is refused (the gateway's --max-tokens-past-context says which for OpenAI's routes).
     clamp_max_tokens: Annotated[bool, boolean()] = False
     min_tokens: Annotated[int, rules.count()] = 0
     presence_penalty: Annotated[float, number(-2, 2)] = 0.0

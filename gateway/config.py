@@ -8,6 +8,8 @@ from common.cli_options import option
 from common.wire_defaults import DEFAULT_MAX_FRAME_BYTES, DEFAULT_WORKER_BIND
 from gateway.routing_names import ROUTING_POLICIES
 
+MAX_TOKENS_POLICIES = ("clamp", "error")
+
 
 @dataclass(frozen=True)
 class GatewayConfig:
@@ -108,6 +110,16 @@ class GatewayConfig:
             metavar="N",
         ),
     )
+    max_tokens_past_context: str = field(
+        default="clamp",
+        metadata=option(
+            "a max_tokens past what the context leaves after the prompt: clamp cuts it to "
+            "that (the answer ends with length / max_tokens), as llama.cpp's server and "
+            "Ollama do; error refuses it with 400 context_length_exceeded, as vLLM does "
+            "(Anthropic's /v1/messages always cuts)",
+            choices=MAX_TOKENS_POLICIES,
+        ),
+    )
     responses_store_entries: int = field(
         default=1024,
         metadata=option(
@@ -132,6 +144,11 @@ class GatewayConfig:
         for name in ("max_body_bytes", "max_frame_bytes", "submit_attempts", "max_in_flight"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_tokens_past_context not in MAX_TOKENS_POLICIES:
+            raise ValueError(
+                f"max_tokens_past_context must be one of {MAX_TOKENS_POLICIES}, "
+                f"got {self.max_tokens_past_context!r}"
+            )
         if self.default_max_tokens is not None and self.default_max_tokens < 1:
             raise ValueError(f"default_max_tokens must be >= 1, got {self.default_max_tokens}")
         for name in ("max_queued", "responses_store_entries", "responses_store_mb"):

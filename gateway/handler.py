@@ -66,7 +66,7 @@ class ProtocolHandler:
             return self.refuse(error)
         except ClientDisconnect:
             return self.client_gone()
-        chat = self.with_default_budget(chat)
+        chat = self.with_budget_policy(chat)
         lifecycle = RequestLifecycle(self.services, self.builder, started_at)
         try:
             await lifecycle.admit()
@@ -100,13 +100,20 @@ class ProtocolHandler:
                 retry_after_s=DRAIN_RETRY_AFTER_S,
             )
 
-    def with_default_budget(self, chat: ChatRequest) -> ChatRequest:
-        """`--default-max-tokens` for a request that set no budget (never below its min_tokens)."""
-        default, params = self.services.config.default_max_tokens, chat.params
-        if default is None or params.max_tokens is not None:
+    def with_budget_policy(self, chat: ChatRequest) -> ChatRequest:
+        """`--default-max-tokens` for a request that set no budget (never below its
+        min_tokens); under `--max-tokens-past-context clamp`, a budget the context cannot
+        hold is cut to what it leaves."""
+        config, params = self.services.config, chat.params
+        update: dict[str, Any] = {}
+        if config.default_max_tokens is not None and params.max_tokens is None:
+            update["max_tokens"] = max(config.default_max_tokens, params.min_tokens)
+        budget = update.get("max_tokens", params.max_tokens)
+        if config.max_tokens_past_context == "clamp" and budget is not None:
+            update["clamp_max_tokens"] = True
+        if not update:
             return chat
-        budget = max(default, params.min_tokens)  # valid: the config checks its default
-        return replace(chat, params=params.model_copy(update={"max_tokens": budget}))
+        return replace(chat, params=params.model_copy(update=update))
 
     async def read_body(self, request: Request) -> Any:
         """The JSON body, within the configured size and time."""

@@ -120,10 +120,6 @@ def test_prompt_over_the_context_is_400_before_any_stream_byte(tiny_server: Serv
     assert "tokens >" in error["message"] and "maximum" in error["message"]
 
 
-def test_max_tokens_past_the_context_is_400(tiny_server: Server):
-    body = {"messages": HELLO, "max_tokens": 100000}
-    error = assert_openai_error(post(tiny_server, OPENAI, json=body), 400, "max_tokens")
-    assert error["code"] == "context_length_exceeded"
 
 
 def test_after_all_of_that_the_server_still_answers(tiny_server: Server):

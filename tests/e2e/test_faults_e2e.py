@@ -177,13 +177,18 @@ def test_two_hundred_cancelled_streams_leak_nothing(two_workers: Cluster):
 
 
 def test_gateway_restart_and_workers_reconnect(tiny_model_dir: Path):
-    cluster = Cluster(tiny_model_dir, 1)
+    """Also the gateway keeping vLLM's 400 for a budget past the context, when asked to."""
+    cluster = Cluster(tiny_model_dir, 1, "--max-tokens-past-context", "error")
     try:
         cluster.gateway.wait_ready(workers=1)
         assert chat(cluster.url, "before").status_code == 200
         cluster.restart_gateway()
         cluster.gateway.wait_ready(workers=1, timeout_s=30)
         assert chat(cluster.url, "after").status_code == 200
+        refused = chat(cluster.url, "after", max_tokens=100000)
+        assert refused.status_code == 400
+        assert refused.json()["error"]["code"] == "context_length_exceeded"
+        assert refused.json()["error"]["param"] == "max_tokens"
     finally:
         cluster.stop()
 

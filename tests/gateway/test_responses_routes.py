@@ -11,6 +11,7 @@ import pytest
 
 from common.schemas import Accepted, Finished, Message, Submit, Tokens
 from common.token_output import FinishReason, ToolCallDelta
+from gateway.config import GatewayConfig
 from tests.gateway.in_process import in_process
 
 CODEX = json.loads((Path(__file__).parent / "fixtures" / "codex_requests.json").read_text())
@@ -145,6 +146,24 @@ async def test_default_max_tokens_is_the_budget_of_requests_without_one():
             assert (await run.client.post(path, json=body)).status_code == 200
         budgets = [submit.params.to_wire().get("max_tokens") for submit in run.worker.submits]
         assert budgets == [32, 5, 32, 40]
+
+
+@pytest.mark.parametrize("policy", ["clamp", "error"])
+async def test_a_budget_is_cut_to_the_context_unless_the_policy_is_error(policy: str):
+    """qwen-code sends max_tokens 32000 beside a long prompt: under clamp (the default) the
+    worker cuts it to what the context leaves; under error the worker refuses it (400)."""
+    async with in_process(calls_a_tool, max_tokens_past_context=policy) as run:
+        chat = {"messages": [{"role": "user", "content": "hi"}]}
+        for body in ({**chat, "max_tokens": 32000}, chat):
+            assert (await run.client.post("/v1/chat/completions", json=body)).status_code == 200
+        budgeted, unbounded = (submit.params.to_wire() for submit in run.worker.submits)
+        assert budgeted.get("clamp_max_tokens", False) is (policy == "clamp")
+        assert "clamp_max_tokens" not in unbounded  # no budget: nothing to cut
+
+
+def test_an_unknown_budget_policy_is_refused():
+    with pytest.raises(ValueError, match="max_tokens_past_context"):
+        GatewayConfig(max_tokens_past_context="truncate")
 
 
 async def test_without_default_max_tokens_no_budget_is_sent():
