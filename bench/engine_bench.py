@@ -37,7 +37,8 @@ def engine_runs(
     options: dict[str, Any], label: str, runs: list[tuple[str, int, int]]
 ) -> list[RunResult]:
     """One engine, several (workload, concurrency, requests) runs after a warm-up."""
-    with InferenceEngine(**options) as engine:
+    # kv_disk_mb 0: a bench starts cold; pages an earlier run left on disk would be hits.
+    with InferenceEngine(**{"kv_disk_mb": 0, **options}) as engine:
         run_engine(engine, w1(), 8, 8, "warmup")
         return [run_engine(engine, WORKLOADS[name](), c, n, label) for name, c, n in runs]
 

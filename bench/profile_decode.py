@@ -30,7 +30,7 @@ def profile_decode(batch: int, steps: int, options: dict[str, Any]) -> str:
     """Run `batch` W1 requests; time and profile `steps` decode forwards on the engine thread."""
     conversations = w1().conversations
     check_batch(batch, len(conversations), EngineOptions().max_seqs)
-    with InferenceEngine(**options) as engine:
+    with InferenceEngine(**{"kv_disk_mb": 0, **options}) as engine:  # cold, as a bench
         runner, sampler = engine.scheduler.runner, engine.scheduler.sampler
         scheduler = engine.scheduler.scheduler
         timings: dict[str, float] = defaultdict(float)

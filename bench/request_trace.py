@@ -35,7 +35,7 @@ def w2_waves(
     events: queue.Queue[TokenEvent] = queue.Queue()
     submitted: dict[str, float] = {}
     first: dict[str, float] = {}
-    options: dict[str, int | str] = {}
+    options: dict[str, int | str] = {"kv_disk_mb": 0}  # cold: no pages an earlier run left
     if prefill_token_budget is not None:
         options["prefill_token_budget"] = prefill_token_budget
     if precision is not None:

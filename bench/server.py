@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -52,6 +53,23 @@ class ProcessLog:
         cls.started.clear()
 
 
+class KVFolder:
+    """A fresh folder for a server's KV disk tier, unless its args name one (or turn the tier
+    off): a test or a bench round never finds pages another one left, and leaves none."""
+
+    def __init__(self, args: tuple[str, ...]) -> None:
+        given = any(a.startswith(("--kv-disk-dir", "--kv-disk-mb")) for a in args)
+        self.path = None if given else Path(tempfile.mkdtemp(prefix="astrai-kv-"))
+
+    @property
+    def args(self) -> list[str]:
+        return [] if self.path is None else ["--kv-disk-dir", str(self.path)]
+
+    def remove(self) -> None:
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
 def http_json(url: str, timeout: float = 5.0) -> tuple[int, dict]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
@@ -75,6 +93,7 @@ class Server:
         self.own_ports = port is None and worker_bind is None  # ours to choose again
         self.port = port or free_loopback_port()
         self.worker_bind = worker_bind or f"tcp://127.0.0.1:{free_loopback_port()}"
+        self.kv_folder = KVFolder(args if command == "serve" else ("--kv-disk-mb",))
         self._start()
 
     def _start(self) -> None:
@@ -83,7 +102,7 @@ class Server:
         argv = [sys.executable, "-m", "launcher", "--log-level", "warning", command]
         argv += ["--port", str(self.port), *args]
         if command == "serve":
-            argv += ["--workers", str(self.workers)]
+            argv += ["--workers", str(self.workers), *self.kv_folder.args]
             if TEST_DEVICE and "--device" not in args:
                 argv += ["--device", TEST_DEVICE]
         else:
@@ -130,6 +149,7 @@ class Server:
         """SIGTERM the server and wait; then make sure nothing of its group is left."""
         terminate(self.process, timeout_s)
         self.log.close()
+        self.kv_folder.remove()
 
     def group_alive(self) -> bool:
         try:
@@ -195,6 +215,8 @@ class WorkerProcess:
         argv += ["--gateway", gateway, "--worker-id", worker_id, "--threads", "1", *args]
         if TEST_DEVICE and "--device" not in args:
             argv += ["--device", TEST_DEVICE]
+        self.kv_folder = KVFolder(args)
+        argv += self.kv_folder.args
         self.log = ProcessLog(f"worker-{worker_id}")
         self.process = subprocess.Popen(
             argv, cwd=REPO, start_new_session=True, stdout=self.log.file, stderr=subprocess.STDOUT
@@ -206,6 +228,7 @@ class WorkerProcess:
     def stop(self, timeout_s: float = 30.0) -> None:
         terminate(self.process, timeout_s)
         self.log.close()
+        self.kv_folder.remove()
 
 
 def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> None:

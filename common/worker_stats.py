@@ -58,6 +58,25 @@ class WorkerStats:
         "Prompt tokens a worker read from its prefix cache instead of computing them.",
         StatKind.COUNTER,
     )
+    prefix_cache_query_tokens: int = stat(
+        "Prompt tokens a worker looked up in its prefix cache.", StatKind.COUNTER
+    )
+    prefix_cache_disk_hit_tokens: int = stat(
+        "Of the prefix-cache hits, prompt tokens read back from the KV disk tier.",
+        StatKind.COUNTER,
+    )
+    kv_disk_bytes: int = stat(
+        "Bytes of KV pages in the disk tier's folder, as a worker counts them.", StatKind.GAUGE
+    )
+    kv_disk_pages_written: int = stat("KV pages a worker wrote to the disk tier.", StatKind.COUNTER)
+    kv_disk_pages_dropped: int = stat(
+        "KV pages not written to the disk tier (its writer behind, or the tier off).",
+        StatKind.COUNTER,
+    )
+    kv_disk_read_failures: int = stat(
+        "KV page files refused (corrupt, truncated or foreign) and computed again.",
+        StatKind.COUNTER,
+    )
     grammar_compile_seconds: float = float_stat("Time spent compiling grammars.")
     grammar_mask_seconds: float = float_stat("Time spent computing grammar masks.")
     grammar_masked_rows: int = stat("Rows a grammar mask was applied to.")

@@ -93,6 +93,7 @@ class _Snapshot(Collector):
                 gauge.add_metric([w.worker_id, w.model], _stat(w, key))
             yield gauge
         yield from _vllm_gauges(workers)
+        yield from _vllm_prefix_cache(workers)
 
 
 # vLLM's names for the figures Kubernetes' serving stack routes and scales on (the Gateway
@@ -116,6 +117,27 @@ def _vllm_gauges(workers: list[WorkerState]) -> Iterator[Metric]:
         for w in workers:
             gauge.add_metric([w.model, w.worker_id], values[name](w))
         yield gauge
+
+
+def _vllm_prefix_cache(workers: list[WorkerState]) -> Iterator[Metric]:
+    """vLLM's prefix-cache counters, in tokens; the hits by the tier they came from."""
+    labels = ["model_name", "worker_id"]
+    queries = CounterMetricFamily(
+        "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", labels=labels
+    )
+    hits = CounterMetricFamily(
+        "vllm:prefix_cache_hits",
+        "Prompt tokens found in the prefix cache, by tier (memory, or read back from disk).",
+        labels=[*labels, "tier"],
+    )
+    for w in workers:
+        queries.add_metric([w.model, w.worker_id], _stat(w, "prefix_cache_query_tokens"))
+        from_disk = _stat(w, "prefix_cache_disk_hit_tokens")
+        in_memory = _stat(w, "prefix_cache_hit_tokens") - from_disk
+        hits.add_metric([w.model, w.worker_id, "memory"], in_memory)
+        hits.add_metric([w.model, w.worker_id, "disk"], from_disk)
+    yield queries
+    yield hits
 
 
 def _kv_usage(worker: WorkerState) -> float:

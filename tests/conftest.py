@@ -1,6 +1,9 @@
 """Shared fixtures: the default model folder, a tiny random model folder, a real tiny server;
 and the logs of the servers a failing test used, printed with its report."""
 
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,9 +12,21 @@ import pytest
 
 from bench.server import ProcessLog
 from tests.e2e.harness import Server, build_tiny_model
+from worker.engine.cache_factory import KV_DISK_DIR_ENV
 from worker.model.model_dir import resolve_model_dir
 
 TINY_NAME = "tiny-llama"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kv_disk_folder() -> Iterator[Path]:
+    """In-process engines' KV disk tier (servers get one each, bench/server.py): the
+    session's own folder, so no test reads pages an earlier run left in the user's cache."""
+    folder = Path(tempfile.mkdtemp(prefix="astrai-kv-tests-"))
+    os.environ[KV_DISK_DIR_ENV] = str(folder)
+    yield folder
+    del os.environ[KV_DISK_DIR_ENV]
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -120,8 +120,6 @@ def test_prompt_over_the_context_is_400_before_any_stream_byte(tiny_server: Serv
     assert "tokens >" in error["message"] and "maximum" in error["message"]
 
 
-
-
 def test_after_all_of_that_the_server_still_answers(tiny_server: Server):
     for _ in range(3):
         post(tiny_server, OPENAI, content=b"\x00\x01", headers={"content-type": "application/json"})

@@ -62,6 +62,12 @@ def test_every_worker_figure_keeps_its_metric_name():
         "astrai_worker_tokens": "counter",
         "astrai_worker_prefill_tokens": "counter",
         "astrai_worker_prefix_cache_hit_tokens": "counter",
+        "astrai_worker_prefix_cache_query_tokens": "counter",
+        "astrai_worker_prefix_cache_disk_hit_tokens": "counter",
+        "astrai_worker_kv_disk_bytes": "gauge",
+        "astrai_worker_kv_disk_pages_written": "counter",
+        "astrai_worker_kv_disk_pages_dropped": "counter",
+        "astrai_worker_kv_disk_read_failures": "counter",
         "astrai_worker_draft_tokens": "counter",
         "astrai_worker_accepted_draft_tokens": "counter",
         "astrai_worker_decode_steps": "counter",
@@ -84,6 +90,28 @@ def test_a_worker_without_figures_yet_shows_zeros():
     [tokens] = parsed["astrai_worker_tokens"].samples
     [free] = parsed["astrai_worker_kv_pages_free"].samples
     assert (tokens.value, free.value) == (0, 0)
+
+
+def test_vllm_prefix_cache_counters_split_the_hits_by_tier():
+    registry = WorkerRegistry()
+    registry.register(b"id", Register("w1", "inc", "m", 1024, 8, 100, 16, 1, "host"), 0.0)
+    stats = WorkerStats(
+        prefix_cache_query_tokens=1000,
+        prefix_cache_hit_tokens=600,
+        prefix_cache_disk_hit_tokens=400,
+    )
+    assert registry.heartbeat(Heartbeat("w1", "inc", 0, 0, 75, 100, 600, stats), 0.0)
+    parsed = families(render_prometheus(registry, GatewayMetrics(), Counter()))
+    [queries] = [
+        s for s in parsed["vllm:prefix_cache_queries"].samples if s.name.endswith("_total")
+    ]
+    assert (queries.labels, queries.value) == ({"model_name": "m", "worker_id": "w1"}, 1000)
+    hits = {
+        s.labels["tier"]: s.value
+        for s in parsed["vllm:prefix_cache_hits"].samples
+        if s.name.endswith("_total")
+    }
+    assert hits == {"memory": 200, "disk": 400}
 
 
 def test_vllm_compatibility_gauges_carry_the_workers_figures():

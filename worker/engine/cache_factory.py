@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from pathlib import Path
+
 import torch
 
 from worker.engine.options import EngineOptions
 from worker.kv.base import KVCache, KVStorage
 from worker.kv.contiguous import ContiguousCache
+from worker.kv.disk_tier import DiskTier
 from worker.kv.paged import PageCache
+from worker.machine.paths import cache_root
 from worker.model.config import ModelConfig
+
+KV_DISK_DIR_ENV = "ASTRAI_KV_DISK_DIR"  # the disk tier's folder where no option names one
 
 
 def build_cache(
@@ -17,8 +25,11 @@ def build_cache(
     dtype: torch.dtype,
     device: torch.device,
     context: int,
+    disk_identity: Callable[[], str] | None = None,
 ) -> KVCache:
-    """`options.kv_cache_mb` of k/v storage, paged (default) or one slot per sequence."""
+    """`options.kv_cache_mb` of k/v storage, paged (default) or one slot per sequence; a
+    paged cache with prefix caching gets the disk tier `options.kv_disk_*` ask for, its
+    pages named by `disk_identity()` (the model and every setting that changes the rows)."""
     bytes_per_token = 2 * config.num_layers * config.num_kv_heads * config.head_dim * dtype.itemsize
     budget_tokens = options.kv_cache_mb * (1 << 20) // bytes_per_token
     if options.max_model_len is not None:
@@ -39,4 +50,9 @@ def build_cache(
     if num_pages < 2:
         raise ValueError(f"kv_cache_mb {options.kv_cache_mb} holds fewer than 2 pages")
     storage = KVStorage(shape[0], num_pages, options.page_size, *shape[1:], dtype, device)
-    return PageCache(storage, options.page_size, context, options.enable_prefix_caching)
+    disk = None
+    if options.kv_disk_mb and options.enable_prefix_caching and disk_identity is not None:
+        folder = Path(options.kv_disk_dir or os.environ.get(KV_DISK_DIR_ENV) or cache_root() / "kv")
+        page_bytes = bytes_per_token * options.page_size
+        disk = DiskTier.open(folder, disk_identity(), page_bytes, options.kv_disk_mb << 20)
+    return PageCache(storage, options.page_size, context, options.enable_prefix_caching, disk=disk)

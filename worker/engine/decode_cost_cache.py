@@ -16,20 +16,17 @@ from worker.engine.speculation import DecodeCost
 from worker.kernels.plan import cpu_busy
 from worker.machine.cpu_info import cpu_signature
 from worker.machine.paths import cache_root
-from worker.model.model_dir import gguf_source
+from worker.model.model_dir import model_files
 
 log = logging.getLogger(__name__)
 # Bumped when the probe's rows or method change: older tables are then measured again.
 COST_VERSION = 1
-MODEL_FILES = (".json", ".safetensors", ".gguf")
 
 
 def model_identity(model_dir: Path) -> str:
     """The folder's config and weight files (and the GGUF it reads), by name, size and
     change time: another model, or the same one changed, is measured again."""
-    files = sorted(p for p in model_dir.iterdir() if p.suffix in MODEL_FILES)
-    if (source := gguf_source(model_dir)) is not None:
-        files.append(source)
+    files = model_files(model_dir)
     return ";".join(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
 
 

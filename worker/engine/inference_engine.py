@@ -19,6 +19,7 @@ from worker.engine.compiled_decode import CompiledDecode
 from worker.engine.decode_cost_cache import cached_decode_cost, model_identity
 from worker.engine.generation_api import GenerationAPI
 from worker.engine.inference_scheduler import InferenceScheduler
+from worker.engine.kv_identity import kv_identity
 from worker.engine.machine_choices import MachineChoices
 from worker.engine.options import EngineOptions
 from worker.engine.output_processor import OutputProcessor
@@ -27,6 +28,7 @@ from worker.engine.runner import ModelRunner
 from worker.engine.scheduler_config import SchedulerConfig
 from worker.engine.sequence import EventSink
 from worker.engine.speculation import DecodeCost, ServedDecodeCost, measure_decode_cost
+from worker.kv.disk_tier import NO_DISK_TIER
 from worker.machine.heap import release_freed_heap
 from worker.model.config import with_context
 from worker.model.loader import load_config, load_model
@@ -116,13 +118,20 @@ class InferenceEngine(GenerationAPI):
             log.info("weights by type: %s", self.model.weight_paths)
         context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
         kv_dtype = self.dtype if opts.kv_cache_dtype == "auto" else DTYPES[opts.kv_cache_dtype]
-        self.cache = build_cache(opts, config, kv_dtype, device, context)
+        rows_setup = (
+            f"{choices!r}|kv {kv_dtype}|page {opts.page_size}|context {context}"
+            f"|rope {opts.rope_scaling}"
+        )
+        self.cache = build_cache(
+            opts, config, kv_dtype, device, context, lambda: kv_identity(self.model_dir, rows_setup)
+        )
         storage = self.cache.storage
         log.info(
-            "KV cache: %d tokens, %s, %d MiB",
+            "KV cache: %d tokens, %s, %d MiB%s",
             storage.k.shape[1] * storage.k.shape[2],
             str(kv_dtype).removeprefix("torch."),
             storage.bytes_reserved >> 20,
+            self._disk_tier_note(),
         )
         self.max_model_len = min(context, self.cache.max_tokens_per_seq)
         self.requests = RequestFactory(self.tokenizer, self.max_model_len, config.vocab_size)
@@ -150,6 +159,12 @@ class InferenceEngine(GenerationAPI):
                 log.info("decode-cost table of this model and machine: from the cache")
             self.scheduler.drafter.cost = ServedDecodeCost(probe)
         release_freed_heap()  # what the load built and dropped is not the worker's to hold
+
+    def _disk_tier_note(self) -> str:
+        disk = self.cache.disk
+        if disk is None:
+            return "; no disk tier"
+        return f"; disk tier {disk.dir} ({self.options.kv_disk_mb} MiB for the folder)"
 
     def _measure_decode_cost(self, runner: ModelRunner, device: torch.device) -> DecodeCost:
         cost = measure_decode_cost(runner.forward_batch, device)
@@ -230,6 +245,7 @@ class InferenceEngine(GenerationAPI):
         """The same figures typed, as a Heartbeat carries them."""
         counters = self.scheduler.counters
         cache = self.cache.stats()
+        disk = cache.disk or NO_DISK_TIER
         bytes_per_page = cache.bytes_reserved // max(1, cache.pages_total)
         return WorkerStats(
             total_tasks=counters.total_tasks,
@@ -249,6 +265,12 @@ class InferenceEngine(GenerationAPI):
             kv_bytes_in_use=cache.pages_in_use * bytes_per_page,
             kv_bytes_peak_in_use=cache.pages_peak_in_use * bytes_per_page,
             prefix_cache_hit_tokens=cache.hit_tokens,
+            prefix_cache_query_tokens=cache.query_tokens,
+            prefix_cache_disk_hit_tokens=cache.disk_hit_tokens,
+            kv_disk_bytes=disk.bytes_on_disk,
+            kv_disk_pages_written=disk.pages_written,
+            kv_disk_pages_dropped=disk.pages_dropped,
+            kv_disk_read_failures=disk.read_failures,
             grammar_compile_seconds=self.requests.grammars.compile_seconds,
             grammar_mask_seconds=self.scheduler.sampler.grammar_masks.mask_seconds,
             grammar_masked_rows=self.scheduler.sampler.grammar_masks.masked_rows,
@@ -259,6 +281,7 @@ class InferenceEngine(GenerationAPI):
     def shutdown(self) -> None:
         self.scheduler.stop()
         self._thread.join(30.0)
+        self.cache.close()
 
     def __enter__(self) -> InferenceEngine:
         return self

