@@ -116,6 +116,9 @@ class Finished(Message):
     cached_tokens: int
     stop: str | int | None = None
     error: str | None = None
+    # Prompt tokens it computed into the prefix cache for later prompts (Anthropic's
+    # cache_creation_input_tokens).
+    cache_written_tokens: int = 0
 
 
 # -- gateway → worker ------------------------------------------------------------------------

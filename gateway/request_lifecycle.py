@@ -148,7 +148,7 @@ class RequestLifecycle:
         except GatewayError as error:
             return error
         state.prompt_tokens = reply.prompt_tokens
-        state.completion_tokens = state.cached_tokens = 0
+        state.completion_tokens = state.cached_tokens = state.cache_written_tokens = 0
         return None
 
     async def _first_reply(
@@ -219,6 +219,7 @@ class RequestLifecycle:
                     return
                 if message.index % state.request.n == 0:  # once per prompt: its first choice
                     state.cached_tokens += message.cached_tokens
+                    state.cache_written_tokens += message.cache_written_tokens
                 delivered = True
                 yield ChoiceEnd(
                     message.index, message.finish_reason, message.stop, message.completion_tokens

@@ -51,4 +51,5 @@ async def fold_events(state: StreamState, events: AsyncGenerator[RequestEvent, N
                 continue
             add_event(result, event)
     result.cached_tokens = state.cached_tokens
+    result.cache_written_tokens = state.cache_written_tokens
     return result

@@ -87,11 +87,11 @@ class AnthropicResponseBuilder(ResponseBuilder):
             "content": _content(choice),
             "stop_reason": stop_reason,
             "stop_sequence": stop_sequence,
-            # As Anthropic counts: input_tokens excludes what was read from the cache.
             "usage": {
-                "input_tokens": result.prompt_tokens - result.cached_tokens,
+                **_input_usage(
+                    result.prompt_tokens, result.cached_tokens, result.cache_written_tokens
+                ),
                 "output_tokens": result.completion_tokens,
-                "cache_read_input_tokens": result.cached_tokens,
             },
             **(result.request.response_fields if result.request is not None else {}),
         }
@@ -148,8 +148,9 @@ class AnthropicResponseBuilder(ResponseBuilder):
             # Cumulative, as Anthropic sends it: message_start could only say the whole
             # prompt, as the cache's share is known once the worker has admitted it.
             "usage": {
-                "input_tokens": state.prompt_tokens - state.cached_tokens,
-                "cache_read_input_tokens": state.cached_tokens,
+                **_input_usage(
+                    state.prompt_tokens, state.cached_tokens, state.cache_written_tokens
+                ),
                 "output_tokens": choice.completion_tokens,
             },
             **state.request.response_fields,
@@ -244,3 +245,13 @@ def _stop_reason(choice: ChoiceResult) -> tuple[str, str | None]:
     if choice.finish_reason == FinishReason.STOP and isinstance(choice.stop, str):
         return "stop_sequence", choice.stop
     return "end_turn", None
+
+
+def _input_usage(prompt_tokens: int, cached_tokens: int, written_tokens: int) -> dict[str, int]:
+    """The prompt's tokens as Anthropic counts them, the three adding up to the prompt:
+    read from the cache, computed into it (kept for later prompts), and the rest."""
+    return {
+        "input_tokens": prompt_tokens - cached_tokens - written_tokens,
+        "cache_creation_input_tokens": written_tokens,
+        "cache_read_input_tokens": cached_tokens,
+    }

@@ -98,6 +98,7 @@ class ChatResult:
     choices: list[ChoiceResult]
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    cache_written_tokens: int = 0
     request: ChatRequest | None = None  # what was asked, for builders that echo it
 
     @property
@@ -115,6 +116,7 @@ class StreamState:
     request: ChatRequest
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    cache_written_tokens: int = 0
     completion_tokens: int = 0
     flags: dict[str, Any] = field(default_factory=dict)
 

@@ -21,3 +21,12 @@ def openai_client(server: Server) -> openai.OpenAI:
 
 def anthropic_client(server: Server) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0)
+
+
+def prompt_tokens(usage: anthropic.types.Usage | anthropic.types.beta.BetaUsage) -> int:
+    """The whole prompt of an Anthropic answer: its three parts, as the API splits them."""
+    return (
+        usage.input_tokens
+        + (usage.cache_creation_input_tokens or 0)
+        + (usage.cache_read_input_tokens or 0)
+    )

@@ -96,6 +96,7 @@ def test_streamed_usage_ends_as_the_whole_response_reports_it(client: anthropic.
     assert whole.usage.cache_read_input_tokens > 0
     assert streamed.usage.input_tokens == whole.usage.input_tokens
     assert streamed.usage.cache_read_input_tokens == whole.usage.cache_read_input_tokens
+    assert streamed.usage.cache_creation_input_tokens == whole.usage.cache_creation_input_tokens
     assert streamed.usage.output_tokens == whole.usage.output_tokens == 4
 
 
@@ -119,7 +120,7 @@ def test_max_tokens_past_the_context_is_cut_to_what_it_leaves_on_every_route(
     body = {"model": TINY_NAME, "max_tokens": 32000, "messages": MESSAGES, "temperature": 0}
     answer = httpx.post(f"{tiny_server.url}/v1/messages", json=body, timeout=300).json()
     usage = answer["usage"]
-    prompt = usage["input_tokens"] + usage["cache_read_input_tokens"]
+    prompt = sum(usage[f"{part}input_tokens"] for part in ("", "cache_creation_", "cache_read_"))
     assert answer["stop_reason"] == "max_tokens"
     assert prompt + usage["output_tokens"] == max_model_len
     openai = httpx.post(f"{tiny_server.url}/v1/chat/completions", json=body, timeout=300)

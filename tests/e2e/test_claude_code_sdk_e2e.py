@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import TINY_NAME
 from tests.e2e.harness import Server, build_tiny_model
+from tests.e2e.sdk import prompt_tokens
 
 pytestmark = pytest.mark.slow  # real processes (`astrai serve`)
 
@@ -67,7 +68,7 @@ def test_count_tokens_is_what_the_message_reads(long_server: Server):
     )
     message = client.beta.messages.create(**{**body, "max_tokens": 2}, betas=betas)
     usage = message.usage
-    assert counted.input_tokens == usage.input_tokens + (usage.cache_read_input_tokens or 0)
+    assert counted.input_tokens == prompt_tokens(usage)
     assert 10000 < counted.input_tokens < CONTEXT
     assert message.model == TINY_NAME
     assert [block.type for block in message.content] == ["text"]  # no thinking blocks
@@ -86,7 +87,7 @@ def test_the_stream_with_32000_max_tokens_ends_when_the_context_fills(long_serve
     assert kinds[:2] == ["message_start", "content_block_start"]
     assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     usage = final.usage
-    prompt = usage.input_tokens + (usage.cache_read_input_tokens or 0)
+    prompt = prompt_tokens(usage)
     if final.stop_reason == "max_tokens":  # random weights: greedy rarely meets EOS
         assert prompt + usage.output_tokens == CONTEXT
     else:
@@ -121,4 +122,4 @@ def test_a_forced_call_to_one_of_its_tools_round_trips(long_server: Server):
     )
     assert answer.stop_reason in ("max_tokens", "end_turn", "tool_use")
     usage = answer.usage
-    assert usage.input_tokens + (usage.cache_read_input_tokens or 0) > call.usage.input_tokens
+    assert prompt_tokens(usage) > prompt_tokens(call.usage)

@@ -72,7 +72,9 @@ def test_a_restarted_server_reads_the_prompt_back_from_its_disk_tier(
             max_tokens=8,
             extra_body={"temperature": 0},
         )
+        # Read back from disk, not computed: nothing of it is written to the cache again.
         assert message.usage.cache_read_input_tokens == full_pages * PAGE_SIZE
+        assert message.usage.cache_creation_input_tokens == 0
         assert message.usage.input_tokens == prompt_tokens - full_pages * PAGE_SIZE
         stats = worker_stats(second)
         assert stats["prefix_cache_disk_hit_tokens"] == full_pages * PAGE_SIZE

@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from tests.e2e.harness import Server, engine_device
+from tests.e2e.sdk import prompt_tokens
 
 pytestmark = pytest.mark.slow
 MODEL = "SmolLM2-135M-Instruct"
@@ -26,7 +27,7 @@ def test_count_tokens_equals_what_a_request_is_charged(default_server: Server):
     counted = client.messages.count_tokens(model=MODEL, system="Be brief.", messages=CHAT)
     message = client.messages.create(model=MODEL, max_tokens=4, system="Be brief.", messages=CHAT)
     usage = message.usage
-    assert counted.input_tokens == usage.input_tokens + (usage.cache_read_input_tokens or 0)
+    assert counted.input_tokens == prompt_tokens(usage)
     with_tools = client.messages.count_tokens(
         model=MODEL, system="Be brief.", messages=CHAT, tools=[TOOL]
     )

@@ -400,7 +400,12 @@ def test_response_body(finish_reason, stop, stop_reason, stop_sequence):
         "content": [{"type": "text", "text": "Hello!"}],
         "stop_reason": stop_reason,
         "stop_sequence": stop_sequence,
-        "usage": {"input_tokens": 3, "output_tokens": 3, "cache_read_input_tokens": 6},
+        "usage": {
+            "input_tokens": 3,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 6,
+            "output_tokens": 3,
+        },
     }
 
 
@@ -466,6 +471,7 @@ def test_full_stream(finish_reason, stop, stop_reason, stop_sequence):
                 "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
                 "usage": {
                     "input_tokens": 7 - 4,
+                    "cache_creation_input_tokens": 0,
                     "cache_read_input_tokens": 4,
                     "output_tokens": 2,
                 },

@@ -279,7 +279,12 @@ def test_the_stream_reports_the_applied_edits_in_message_delta():
         {
             "type": "message_delta",
             "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
-            "usage": {"input_tokens": 5, "cache_read_input_tokens": 0, "output_tokens": 1},
+            "usage": {
+                "input_tokens": 5,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+                "output_tokens": 1,
+            },
             **applied_fields(),
         },
     )

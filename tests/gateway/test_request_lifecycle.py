@@ -38,7 +38,15 @@ def hello(submit: Submit) -> list[Message]:
         Accepted(rid, prompt_tokens=7),
         Tokens(rid, 0, "Hel", [11], logprobs=HELLO_LOGPROBS),
         Tokens(rid, 0, "lo", [12]),
-        Finished(rid, 0, FinishReason.STOP, prompt_tokens=7, completion_tokens=2, cached_tokens=3),
+        Finished(
+            rid,
+            0,
+            FinishReason.STOP,
+            prompt_tokens=7,
+            completion_tokens=2,
+            cached_tokens=3,
+            cache_written_tokens=2,
+        ),
     ]
 
 
@@ -115,7 +123,13 @@ async def test_anthropic_stream_and_non_stream_fold_the_same_events():
         assert whole.json()["content"] == [{"type": "text", "text": "Hello"}]
         assert folded["text"] == "Hello"
         assert whole.json()["stop_reason"] == folded["stop_reason"] == "end_turn"
-        usage = {"input_tokens": 4, "output_tokens": 2, "cache_read_input_tokens": 3}
+        # The prompt's 7 tokens: 3 read from the cache, 2 computed into it, 2 neither.
+        usage = {
+            "input_tokens": 2,
+            "cache_creation_input_tokens": 2,
+            "cache_read_input_tokens": 3,
+            "output_tokens": 2,
+        }
         assert whole.json()["usage"] == folded["usage"] == usage
         assert run.counted("anthropic", 200) == 2
         await run.assert_all_released()

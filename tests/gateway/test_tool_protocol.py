@@ -680,7 +680,12 @@ def test_anthropic_stream_of_tool_calls():
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-                "usage": {"input_tokens": 3, "cache_read_input_tokens": 4, "output_tokens": 12},
+                "usage": {
+                    "input_tokens": 3,
+                    "cache_creation_input_tokens": 0,
+                    "cache_read_input_tokens": 4,
+                    "output_tokens": 12,
+                },
             },
         ),
     ]

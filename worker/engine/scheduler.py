@@ -135,6 +135,7 @@ class Scheduler:
             self.waiting.popleft()
             if seq.status is RequestStatus.WAITING:  # hits count at first admission only
                 seq.num_cached_tokens = admission.num_shared_tokens
+                seq.num_cache_written_tokens = self.cache.cache_written_tokens(seq.seq_id)
             seq.num_computed = admission.num_cached_tokens
             seq.move_to(RequestStatus.PREFILLING)
             self.running.append(seq)

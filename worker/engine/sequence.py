@@ -28,6 +28,7 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
+    cache_written_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class Sequence:
     max_total_tokens: int  # prompt + output may not exceed this (max_tokens or context)
     num_computed: int = 0
     num_cached_tokens: int = 0  # prompt tokens found in the prefix cache at first admission
+    num_cache_written_tokens: int = 0  # prompt tokens it computes into the prefix cache
     status: RequestStatus = RequestStatus.WAITING  # changed by move_to only
     finish_reason: FinishReason | None = None  # set when the status becomes FINISHED
     arrival_time: float = field(default_factory=time.monotonic)
@@ -139,4 +141,9 @@ class Sequence:
         self.finish_reason = reason
 
     def usage(self) -> Usage:
-        return Usage(self.num_prompt_tokens, self.num_output_tokens, self.num_cached_tokens)
+        return Usage(
+            self.num_prompt_tokens,
+            self.num_output_tokens,
+            self.num_cached_tokens,
+            self.num_cache_written_tokens,
+        )

@@ -174,6 +174,11 @@ class KVCache(ABC):
         """Reserve room for `tokens`, reusing cached prefix pages unless `reuse_prefix` is
         False (every token then computed: its logits are wanted); None if it does not fit now."""
 
+    def cache_written_tokens(self, seq_id: int) -> int:
+        """Prompt tokens of the sequence's own pages that the prefix cache keeps for later
+        prompts once computed (Anthropic's cache_creation_input_tokens)."""
+        return 0
+
     @abstractmethod
     def begin_step(self) -> None:
         """A new step's plan starts: nothing given out or planned yet."""

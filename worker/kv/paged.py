@@ -129,6 +129,7 @@ class PageCache(KVCache):
         # Index this prompt's own full pages now, pending, so requests that arrive with the
         # same prefix while it is being computed share them instead of computing them again.
         self._index_pages(entry, tokens, len(tokens) // ps, owner=seq_id)
+        entry.num_written_pages = entry.num_indexed_pages - len(matched)
         self._hit_tokens += entry.num_shared
         self._query_tokens += len(tokens) if reuse_prefix else 0
         return Admission(entry.num_cached, entry.num_shared)
@@ -307,6 +308,9 @@ class PageCache(KVCache):
         # Deepest page first, so a chain's tail is evicted before its head.
         for page in reversed(entry.pages):
             self.pool.release(page, seq_id)
+
+    def cache_written_tokens(self, seq_id: int) -> int:
+        return self.table.get(seq_id).num_written_pages * self.page_size
 
     def pages_of(self, seq_id: int) -> list[int]:
         return list(self.table.get(seq_id).pages)

@@ -12,6 +12,7 @@ class TaskEntry:
     num_shared: int = 0  # tokens in pages matched at admission (computed or being computed)
     num_committed_pages: int = 0  # leading pages whose k/v are complete
     num_indexed_pages: int = 0  # leading pages in the prefix index (matched or our own)
+    num_written_pages: int = 0  # of those, the prompt's own: this sequence computes them for all
     # The first tokens of the page after the matched ones, which an indexed page not yet
     # computed at admission begins with too: their rows are copied from it once it is (or
     # read from it in place in the forward that computes it). Counted in num_shared.

@@ -33,6 +33,7 @@ def to_wire(event: TokenEvent) -> list[Message]:
                 prompt_tokens=usage.prompt_tokens if usage else 0,
                 completion_tokens=usage.completion_tokens if usage else 0,
                 cached_tokens=usage.cached_tokens if usage else 0,
+                cache_written_tokens=usage.cache_written_tokens if usage else 0,
                 stop=event.stop,
                 error=event.error,
             )

@@ -88,6 +88,17 @@ def finish(cache: PageCache, seq_id: int, tokens: Sequence[int]) -> Admission:
 PROMPT = list(range(1, 11))  # two full pages and a partial one
 
 
+def test_the_prompt_pages_a_sequence_computes_for_others_are_its_cache_writes() -> None:
+    cache = make_cache()
+    cache.admit(1, PROMPT)
+    assert cache.cache_written_tokens(1) == 2 * PS  # its two full pages, not the partial one
+    cache.admit(2, [*PROMPT[:8], 99, 98, 97, 96, 95])  # shares both, then a full page more
+    assert cache.cache_written_tokens(2) == PS
+    off = make_cache(enable_prefix_caching=False)
+    off.admit(1, PROMPT)
+    assert off.cache_written_tokens(1) == 0
+
+
 def test_admit_into_an_empty_cache_takes_the_lowest_pages() -> None:
     cache = make_cache()
     assert cache.admit(1, PROMPT) == Admission(0, 0)
