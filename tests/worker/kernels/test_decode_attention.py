@@ -148,3 +148,53 @@ def test_each_sequence_gets_the_same_bits_whatever_the_batch_around_it(
         qkv, positions, cos, sin, k_cache.float(), v_cache.float(), read_slots, 0
     )
     torch.testing.assert_close(alone, expected, rtol=1e-5, atol=1e-5)
+
+
+def long_case(lengths: list[int], seed: int, D: int = D):
+    """Contexts past the kernel's 256-key chunks, rows scattered over the cache."""
+    g = torch.Generator().manual_seed(seed)
+    longest, slots = max(lengths), max(lengths) * len(lengths)
+    k_cache, v_cache = (
+        torch.randn(slots, KVH, D, generator=g),
+        torch.randn(slots, KVH, D, generator=g),
+    )
+    order = torch.randperm(slots, generator=g)
+    read_slots = torch.stack([order[i * longest : (i + 1) * longest] for i in range(len(lengths))])
+    positions = torch.tensor([n - 1 for n in lengths])
+    write_slots = read_slots[torch.arange(len(lengths)), positions]
+    qkv = torch.randn(len(lengths), (H + 2 * KVH) * D, generator=g) * 2
+    return qkv, positions, k_cache, v_cache, write_slots, read_slots
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("window", [0, 300])
+def test_long_contexts_split_in_chunks_match_torch_alone_and_in_a_batch(
+    window: int, cache_dtype: torch.dtype
+):
+    """700 keys are three chunks merged (257 and 512 two, 256 one: the chunk edges); a long
+    sequence gets the same bits alone, beside short ones and on one thread."""
+    cos, sin = tables(72)
+    cos, sin = cos.repeat(12, 1), sin.repeat(12, 1)  # positions past the 64 of the config
+    lengths = [700, 5, 257, 256, 512, 30]
+    qkv, positions, k_cache, v_cache, write_slots, read_slots = long_case(lengths, 4, D=72)
+    k_cache, v_cache = k_cache.to(cache_dtype), v_cache.to(cache_dtype)
+
+    def attend(rows: list[int]) -> torch.Tensor:
+        return torch.ops.astrai.decode_attention(
+            qkv[rows], positions[rows], cos, sin, k_cache, v_cache,
+            write_slots[rows], read_slots[rows], H, KVH, window,
+        )  # fmt: skip
+
+    together = attend(list(range(len(lengths))))
+    alone = torch.cat([attend([b]) for b in range(len(lengths))])
+    assert torch.equal(together, alone)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert torch.equal(attend(list(range(len(lengths)))), together)
+    finally:
+        torch.set_num_threads(before)
+    expected = expected_attention(
+        qkv, positions, cos, sin, k_cache.float(), v_cache.float(), read_slots, window
+    )
+    torch.testing.assert_close(together, expected, rtol=1e-5, atol=1e-5)

@@ -71,6 +71,9 @@ void rope(const float* x, const float* cos, const float* sin, int64_t dim, T* ou
   }
 }
 
+// Keys per item of a long context (see attend_batch).
+constexpr int64_t kChunkKeys = 256;
+
 #if defined(__AVX2__)
 // Rows are read through the slot table, a page at a time, each kv head's part of a row apart
 // from the next row's: asked for this many keys ahead, they are in L1 when their turn comes.
@@ -158,10 +161,11 @@ void group_scores(const float* q, const T* k_head, const int64_t* rows, int64_t 
   }
 }
 
-// scores[0..n) ← exp(scores - max); returns their sum.
-float softmax_numerators(float* scores, int64_t n) {
+// scores[0..n) ← exp(scores - max); returns their sum (and the max, where asked).
+float softmax_numerators(float* scores, int64_t n, float* max_out = nullptr) {
   float top = -INFINITY;
   for (int64_t t = 0; t < n; ++t) top = std::max(top, scores[t]);
+  if (max_out != nullptr) *max_out = top;
   float total = 0.0f;
   int64_t t = 0;
 #if defined(__AVX2__)
@@ -286,6 +290,47 @@ void attend(const float* q, const T* k_head, const T* v_head, const int64_t* row
   group_values<G>(v_head, rows, scores, n, keys, row_stride, dim, totals, out);
 }
 
+// attend over one chunk of a long context's keys, for merging: out[h] the weighted values
+// not yet divided (totals of 1), maxes[h] and sums[h] the chunk's softmax max and sum.
+template <int G, typename T>
+void attend_chunk(const float* q, const T* k_head, const T* v_head, const int64_t* rows,
+                  int64_t n, int64_t row_stride, int64_t dim, float scale, float* scores,
+                  int64_t keys, float* out, float* maxes, float* sums) {
+  group_scores<G>(q, k_head, rows, n, row_stride, dim, scale, scores, keys);
+  float ones[G];
+  for (int h = 0; h < G; ++h) {
+    sums[h] = softmax_numerators(scores + h * keys, n, maxes + h);
+    ones[h] = 1.0f;
+  }
+  group_values<G>(v_head, rows, scores, n, keys, row_stride, dim, ones, out);
+}
+
+// attend_chunk for `group` query heads (1 to 3 at a time, as attend_heads goes).
+template <typename T>
+void attend_chunk_heads(int64_t group, const float* q, const T* k_head, const T* v_head,
+                        const int64_t* rows, int64_t n, int64_t row_stride, int64_t dim,
+                        float scale, float* scores, int64_t keys, float* out, float* maxes,
+                        float* sums) {
+  for (int64_t h = 0; h < group;) {
+    const int64_t left = group - h;
+    const float* qh = q + h * dim;
+    float* oh = out + h * dim;
+    if (left >= 3) {
+      attend_chunk<3>(qh, k_head, v_head, rows, n, row_stride, dim, scale, scores, keys, oh,
+                      maxes + h, sums + h);
+      h += 3;
+    } else if (left == 2) {
+      attend_chunk<2>(qh, k_head, v_head, rows, n, row_stride, dim, scale, scores, keys, oh,
+                      maxes + h, sums + h);
+      h += 2;
+    } else {
+      attend_chunk<1>(qh, k_head, v_head, rows, n, row_stride, dim, scale, scores, keys, oh,
+                      maxes + h, sums + h);
+      h += 1;
+    }
+  }
+}
+
 // `count` consecutive query heads of one kv head, three at a time where there are three.
 template <typename T>
 void attend_heads(int64_t count, const float* q, const T* k_head, const T* v_head,
@@ -362,34 +407,97 @@ at::Tensor attend_batch(const at::Tensor& qkv, const at::Tensor& positions, cons
   at::Tensor out = at::empty({batch, num_heads * dim}, qkv.options());
   float* o = out.data_ptr<float>();
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  // Work items handed out as threads free up (sequences differ in length), as large as still
-  // gives each thread four or more: a whole sequence (its rows read in order, every kv head),
-  // else one kv head's query heads (each of its rows loaded once for all of them), else one
-  // query head (at one sequence, kv-head items left a thread idle for a third of the layer).
-  // Every output is the same sum in the same order whichever the items are.
+  // A context longer than kChunkKeys is split into chunks of that many keys, each an item of
+  // all the query heads of one kv head (so each row is read once, not once per query head,
+  // and a lone long sequence still spreads over every thread); the chunks' softmax parts are
+  // merged after. The split depends only on the sequence's own length: its result is the same
+  // whatever the batch around it and the threads.
+  std::vector<int64_t> first_key(batch), num_keys(batch), first_part(batch, -1);
+  int64_t num_parts = 0;
+  std::vector<int64_t> short_seqs, part_seq;  // part_seq: each part's sequence
+  for (int64_t b = 0; b < batch; ++b) {
+    first_key[b] = window > 0 ? std::max<int64_t>(0, p[b] - window + 1) : 0;
+    num_keys[b] = p[b] + 1 - first_key[b];
+    if (num_keys[b] > kChunkKeys) {
+      first_part[b] = num_parts;
+      num_parts += num_kv_heads * ((num_keys[b] + kChunkKeys - 1) / kChunkKeys);
+      part_seq.resize(num_parts, b);
+    } else {
+      short_seqs.push_back(b);
+    }
+  }
+  // Each part: the group's unnormalised outputs, then their maxes, then their sums.
+  const int64_t part_floats = group * (dim + 2);
+  std::vector<float> parts(num_parts * part_floats);
+  const int64_t num_short = static_cast<int64_t>(short_seqs.size());
+  // Short contexts: items handed out as threads free up (sequences differ in length), as
+  // large as still gives each thread four or more: a whole sequence (its rows read in order,
+  // every kv head), else one kv head's query heads (each of its rows loaded once for all of
+  // them), else one query head (at one sequence, kv-head items left a thread idle for a third
+  // of the layer). Every output is the same sum in the same order whichever the items are.
   const int64_t threads = at::get_num_threads();
-  const int64_t per_item = batch >= 4 * threads                     ? num_heads
-                           : batch * num_kv_heads >= 4 * threads ? group
-                                                                 : 1;
-  const int64_t items = batch * num_heads / per_item;
+  const int64_t per_item = num_short >= 4 * threads                     ? num_heads
+                           : num_short * num_kv_heads >= 4 * threads ? group
+                                                                      : 1;
+  const int64_t short_items = num_short * num_heads / per_item;
+  const int64_t items = num_parts + short_items;
   parallel_chunks(items, 1, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scores;
-    scores.resize(group * max_keys);
+    scores.resize(group * std::max<int64_t>(max_keys, kChunkKeys));
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t head0 = item * per_item;  // the item's first query head, over the batch
-      const int64_t b = head0 / num_heads;
-      const int64_t first = window > 0 ? std::max<int64_t>(0, p[b] - window + 1) : 0;
-      const int64_t n = p[b] + 1 - first;
-      const int64_t* rows = r + b * max_keys + first;
+      if (item < num_parts) {  // one chunk of a long context, one kv head
+        const int64_t b = part_seq[item];
+        const int64_t local = item - first_part[b];
+        const int64_t kvh = local % num_kv_heads, chunk = local / num_kv_heads;
+        const int64_t start = first_key[b] + chunk * kChunkKeys;
+        const int64_t n = std::min(kChunkKeys, p[b] + 1 - start);
+        float* part = parts.data() + item * part_floats;
+        attend_chunk_heads(group, q + (b * num_heads + kvh * group) * dim, kc + kvh * dim,
+                           vc + kvh * dim, r + b * max_keys + start, n, row_stride, dim, scale,
+                           scores.data(), kChunkKeys, part, part + group * dim,
+                           part + group * (dim + 1));
+        continue;
+      }
+      const int64_t head0 = (item - num_parts) * per_item;  // over the short sequences' heads
+      const int64_t b = short_seqs[head0 / num_heads];
+      const int64_t n = num_keys[b];
+      const int64_t* rows = r + b * max_keys + first_key[b];
       for (int64_t head = head0; head < head0 + per_item;) {
         const int64_t h = head % num_heads, kvh = h / group;
         const int64_t count = std::min(per_item, group - h % group);
-        attend_heads(count, q + head * dim, kc + kvh * dim, vc + kvh * dim, rows, n, row_stride,
-                     dim, scale, scores.data(), max_keys, o + head * dim);
+        const int64_t at = b * num_heads + h;
+        attend_heads(count, q + at * dim, kc + kvh * dim, vc + kvh * dim, rows, n, row_stride,
+                     dim, scale, scores.data(), max_keys, o + at * dim);
         head += count;
       }
     }
   });
+  // Merge a long context's chunks per query head: each chunk's sum and outputs scaled by
+  // exp(its max - the largest max), in chunk order.
+  for (int64_t b = 0; b < batch; ++b) {
+    if (first_part[b] < 0) continue;
+    const int64_t chunks = (num_keys[b] + kChunkKeys - 1) / kChunkKeys;
+    for (int64_t h = 0; h < num_heads; ++h) {
+      const int64_t kvh = h / group, g = h % group;
+      const auto part_of = [&](int64_t c) {
+        return parts.data() + (first_part[b] + c * num_kv_heads + kvh) * part_floats;
+      };
+      float top = -INFINITY;
+      for (int64_t c = 0; c < chunks; ++c) top = std::max(top, part_of(c)[group * dim + g]);
+      float* dst = o + (b * num_heads + h) * dim;
+      std::fill(dst, dst + dim, 0.0f);
+      float total = 0.0f;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const float* part = part_of(c);
+        const float weight = std::exp(part[group * dim + g] - top);
+        total += weight * part[group * (dim + 1) + g];
+        const float* values = part + g * dim;
+        for (int64_t d = 0; d < dim; ++d) dst[d] += weight * values[d];
+      }
+      const float inv = 1.0f / total;
+      for (int64_t d = 0; d < dim; ++d) dst[d] *= inv;
+    }
+  }
   return out;
 }
 
