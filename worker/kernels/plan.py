@@ -44,7 +44,9 @@ class KernelPlan:
     # Float32 linear layers: "mm" (x @ w.T stored transposed), "linear" (F.linear) or
     # "mkldnn" (oneDNN's packed weight).
     float32_layout: str = "mm"
-    measured_ms: dict[str, float] = field(default_factory=dict, compare=False)
+    # The probe's timings: why the plan is what it is, not part of it (a re-measured plan
+    # that decides the same is equal and prints the same: the KV disk tier's pages keep).
+    measured_ms: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
     # Per K-quant type ("Q4_K", "Q6_K"): from this many rows on, the panel kernel instead of
     # ggml's (worker/kernels/kquant_probe.py); absent or 0: never.
     kquant_panel_rows: dict[str, int] = field(default_factory=dict)
