@@ -4,9 +4,11 @@ turns itself off; and a PageCache that reads a prompt's pages back from another'
 from __future__ import annotations
 
 import errno
+import multiprocessing
 import os
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from unittest import mock
 
@@ -323,3 +325,36 @@ def test_a_prompt_that_cannot_fit_now_reads_nothing_yet(tmp_path: Path) -> None:
     assert cache.admit(2, PROMPT) is None
     assert cache.stats().disk_hit_tokens == 0 and cache.stats().pages_free == 1
     cache.close()
+
+
+def write_pages_from_a_process(folder: Path, values: list[float]) -> None:
+    """Another worker on the same host: its own tier on the shared folder."""
+    disk = tier(folder)
+    for value in values:
+        disk.write(bytes([int(value)]) * 16, partial(payload, value))
+    disk.close()
+
+
+def test_workers_sharing_a_folder_write_the_same_pages_and_each_reads_them_whole(
+    tmp_path: Path,
+) -> None:
+    """Two processes write the same 200 pages at once (renames over each other's files):
+    every page is one whole file that either reads back."""
+    values = [float(v) for v in range(1, 201)]
+    context = multiprocessing.get_context("spawn")
+    writers = [
+        context.Process(target=write_pages_from_a_process, args=(tmp_path, order))
+        for order in (values, values[::-1])
+    ]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+        assert writer.exitcode == 0
+    disk = tier(tmp_path)
+    assert len(names(disk)) == 200 and not list(disk.dir.glob("*.tmp"))
+    into = torch.empty(8)
+    for value in values:
+        assert disk.read(bytes([int(value)]) * 16, tensor_bytes(into))
+        assert torch.equal(into, payload(value))
+    disk.close()
