@@ -13,6 +13,8 @@ import pytest
 from bench.server import ProcessLog
 from tests.e2e.harness import Server, build_tiny_model
 from worker.engine.cache_factory import KV_DISK_DIR_ENV
+from worker.kernels.build import native_kernels_available
+from worker.kernels.ggml_build import ggml_kernels_available
 from worker.model.model_dir import resolve_model_dir
 
 TINY_NAME = "tiny-llama"
@@ -27,6 +29,23 @@ def kv_disk_folder() -> Iterator[Path]:
     yield folder
     del os.environ[KV_DISK_DIR_ENV]
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def model_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache folder for the tests that need a cache of their own but not an empty one:
+    each GGUF tokenizer is converted (a child process, ~3 s) and each kernel plan measured
+    once a session instead of once a test. The kernels load from the machine's cache first,
+    so none is built here."""
+    native_kernels_available(), ggml_kernels_available()
+    return tmp_path_factory.mktemp("astrai-cache")
+
+
+@pytest.fixture
+def shared_cache(monkeypatch: pytest.MonkeyPatch, model_cache_dir: Path) -> Path:
+    """$ASTRAI_CACHE_DIR set to the session's test cache for this test."""
+    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(model_cache_dir))
+    return model_cache_dir
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,12 @@ from pathlib import Path
 import anthropic
 import httpx
 import openai
+import pytest
 
 from tests.conftest import TINY_NAME
 from tests.e2e.harness import Server
+
+pytestmark = pytest.mark.slow  # three `astrai serve` starts
 
 PAGE_SIZE = 16
 SYSTEM = " ".join(f"Rule {i}: answer the question about item {i % 13} briefly." for i in range(60))

@@ -20,8 +20,6 @@ from tests.worker.model_factory import (
 )
 from worker.engine.inference_engine import InferenceEngine
 from worker.engine.sequence import TokenEvent
-from worker.kernels.build import native_kernels_available
-from worker.kernels.ggml_build import ggml_kernels_available
 from worker.model.model_dir import resolve_model_dir
 
 pytestmark = pytest.mark.slow
@@ -63,12 +61,10 @@ def served_greedy(model_path: Path) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.usefixtures("shared_cache")  # where the GGUF's folder goes
 def test_greedy_tokens_equal_transformers_generate_from_the_folder_and_its_gguf(
-    arch: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    arch: str, tmp_path: Path
 ):
-    # The kernels load from the machine's cache first; the GGUF's folder goes to the test's.
-    native_kernels_available(), ggml_kernels_available()
-    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path / "cache"))
     hf = model(arch)
     gguf = write_gguf(hf, tmp_path / f"{arch}.gguf")
     folder = save_hf(hf, tmp_path / arch)

@@ -21,6 +21,8 @@ from worker.model.model_dir import resolve_model_dir
 from worker.model.precision import resolve_quantization
 from worker.model.table_embedding import FloatEmbedding, RecordsEmbedding
 
+pytestmark = pytest.mark.usefixtures("shared_cache")  # tokenizers converted once a session
+
 CPU = torch.device("cpu")
 # K-quants need rows of whole 256-value super-blocks.
 K_SHAPES = {"hidden_size": 256, "intermediate_size": 512, "head_dim": 64}
@@ -41,7 +43,6 @@ LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "f
 
 
 def gguf_folder(tmp_path, monkeypatch, arch: str, types: dict[str, str] | None, **shape):
-    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path / "cache"))
     hf = hf_model(arch, **shape)
     return resolve_model_dir(write_gguf(hf, tmp_path / f"{arch}.gguf", types))
 
@@ -173,7 +174,6 @@ def test_a_truncated_file_is_named_with_the_cause(tmp_path, monkeypatch):
     folder_source = write_gguf(hf_model("llama"), tmp_path / "whole.gguf")
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(folder_source.read_bytes()[: folder_source.stat().st_size // 2])
-    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path / "cache"))
 
     with pytest.raises(GgufFileError, match=r"cut\.gguf.*truncated: tensor \S+ ends at byte"):
         load_model(resolve_model_dir(cut), torch.float32, CPU, quantization="gguf")
@@ -191,7 +191,6 @@ def test_a_truncated_file_is_named_with_the_cause(tmp_path, monkeypatch):
 def test_a_file_that_is_not_gguf_is_named_with_the_cause(tmp_path, monkeypatch, content, cause):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(content)
-    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path / "cache"))
 
     with pytest.raises(GgufFileError, match=rf"bad\.gguf: not a readable GGUF file: {cause}"):
         resolve_model_dir(bad)
@@ -207,7 +206,6 @@ def test_an_unknown_architecture_is_named(tmp_path, monkeypatch):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path / "cache"))
 
     with pytest.raises(GgufFileError, match=r"rwkv\.gguf: GGUF architecture must be one of"):
         resolve_model_dir(path)
@@ -222,7 +220,6 @@ def test_an_unknown_tensor_type_is_named_with_its_tensor(tmp_path, monkeypatch):
     at += 4 + 8 * int.from_bytes(data[at : at + 4], "little")
     data[at : at + 4] = (250).to_bytes(4, "little")
     path.write_bytes(bytes(data))
-    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path / "cache"))
 
     with pytest.raises(GgufFileError, match=r"odd\.gguf: tensor token_embd\.weight: 250"):
         from worker.model.gguf_tensors import read_gguf_tensors

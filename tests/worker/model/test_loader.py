@@ -261,8 +261,8 @@ def test_a_gguf_gets_a_cached_folder_of_config_and_tokenizer_and_no_weights(tmp_
     assert_same_weights(load_model(first, torch.float32, CPU, pack=False), hf)
 
 
-def test_a_gguf_folder_whose_file_is_gone_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path / "cache"))
+@pytest.mark.usefixtures("shared_cache")
+def test_a_gguf_folder_whose_file_is_gone_is_a_clear_error(tmp_path):
     gguf = write_gguf(hf_model("smollm"), tmp_path / "tiny.gguf")
     folder = resolve_model_dir(gguf)
     gguf.unlink()
@@ -271,10 +271,10 @@ def test_a_gguf_folder_whose_file_is_gone_is_a_clear_error(tmp_path, monkeypatch
         model_dir.gguf_source(folder)
 
 
-def test_gguf_tokenizer_is_saved_beside_the_weights(tmp_path, monkeypatch):
+@pytest.mark.usefixtures("shared_cache")
+def test_gguf_tokenizer_is_saved_beside_the_weights(tmp_path):
     from transformers import AutoTokenizer
 
-    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path / "cache"))
     folder = resolve_model_dir(write_gguf(hf_model("llama"), tmp_path / "tiny.gguf"))
 
     tokenizer = AutoTokenizer.from_pretrained(str(folder))

@@ -210,9 +210,8 @@ PHI3_LONGROPE = {
 }
 
 
-def test_phi3_longrope_takes_its_long_factors_past_the_original_context_and_from_gguf(
-    tmp_path, monkeypatch
-):
+@pytest.mark.usefixtures("shared_cache")
+def test_phi3_longrope_takes_its_long_factors_past_the_original_context_and_from_gguf(tmp_path):
     hf = hf_model(
         "phi3",
         rope_parameters=PHI3_LONGROPE,
@@ -234,7 +233,6 @@ def test_phi3_longrope_takes_its_long_factors_past_the_original_context_and_from
     logits = run(ours_short, new_cache(short, 1), *batch)
     assert max_diff(logits, reference_logits(hf, short_tokens)) < TOL
     # A GGUF carries the factors as tensors and the rest as keys, as llama.cpp's converter.
-    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path / "cache"))
     gguf_dir = resolve_model_dir(write_gguf(hf, tmp_path / "phi3.gguf"))
     from_gguf = load_model(gguf_dir, torch.float32, torch.device("cpu"), quantization="gguf")
     theirs, mine = from_gguf.config.rope_scaling, ours.config.rope_scaling

@@ -108,8 +108,8 @@ MIXED_TYPES = {
 @needs_ggml
 @pytest.mark.parametrize("int8", [False, True], ids=["exact", "file"])  # the block layers'
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])  # qwen2: biases on q, k and v
-def test_a_gguf_of_mixed_types_decodes_every_layer_in_one_call(arch, int8, tmp_path, monkeypatch):
-    monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path / "cache"))
+@pytest.mark.usefixtures("shared_cache")
+def test_a_gguf_of_mixed_types_decodes_every_layer_in_one_call(arch, int8, tmp_path):
     hf = hf_model(arch, hidden_size=256, intermediate_size=512, head_dim=64)
     folder = resolve_model_dir(write_gguf(hf, tmp_path / "mixed.gguf", MIXED_TYPES))
     cpu = torch.device("cpu")
