@@ -13,6 +13,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -88,8 +89,12 @@ class Server:
         workers: int = 1,
         port: int | None = None,
         worker_bind: str | None = None,
+        before_exec: Callable[[], None] | None = None,
     ) -> None:
+        """`before_exec` runs in the child before it starts (its limits: resource.setrlimit),
+        and its children inherit what it sets."""
         self.command, self.args, self.workers = command, args, workers
+        self.before_exec = before_exec
         self.own_ports = port is None and worker_bind is None  # ours to choose again
         self.port = port or free_loopback_port()
         self.worker_bind = worker_bind or f"tcp://127.0.0.1:{free_loopback_port()}"
@@ -109,7 +114,12 @@ class Server:
             argv += ["--worker-bind", self.worker_bind]
         self.log = ProcessLog(command)
         self.process = subprocess.Popen(
-            argv, cwd=REPO, start_new_session=True, stdout=self.log.file, stderr=subprocess.STDOUT
+            argv,
+            cwd=REPO,
+            start_new_session=True,
+            stdout=self.log.file,
+            stderr=subprocess.STDOUT,
+            preexec_fn=self.before_exec,
         )
 
     def _lost_its_port(self) -> bool:

@@ -5,7 +5,9 @@ page file is computed again, never served."""
 from __future__ import annotations
 
 import re
+import resource
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import httpx
@@ -22,9 +24,9 @@ SYSTEM = " ".join(f"Rule {i}: answer the question about item {i % 13} briefly." 
 QUESTION = [{"role": "user", "content": "Which rule comes first?"}]
 
 
-def serve(model_dir: Path, folder: Path) -> Server:
-    args = ("--model", str(model_dir), "--dtype", "float32", "--kv-cache-mb", "64")
-    return Server("serve", *args, "--kv-disk-dir", str(folder)).wait_ready()
+def serve(model_dir: Path, folder: Path, *more: str, **settings: Any) -> Server:
+    args = ("--model", str(model_dir), "--dtype", "float32", "--kv-cache-mb", "64", *more)
+    return Server("serve", *args, "--kv-disk-dir", str(folder), **settings).wait_ready()
 
 
 def ask_openai(server: Server) -> tuple[list[float], int, int]:
@@ -109,3 +111,33 @@ def test_a_restarted_server_reads_the_prompt_back_from_its_disk_tier(
         assert sum(page.stat().st_size == whole for page in pages) == 1
     finally:
         third.stop()
+
+
+# The tiny model's page file: 2 layers x 16 rows x 2 kv heads x 16 dims x 4 bytes, k and v,
+# and a header. Smaller than what the server's other files reach (its log, identity.txt).
+FILE_SIZE_LIMIT = 6000
+
+
+def limit_file_size() -> None:
+    """A disk that refuses writes past a size: write() fails with EFBIG, as a full one fails
+    with ENOSPC (Python ignores SIGXFSZ, which would otherwise end the process)."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+
+
+def test_a_disk_that_refuses_writes_turns_the_tier_off_and_serving_goes_on(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "kv"
+    # No decode-cost table to write either: the probe's file is the server's one larger write.
+    server = serve(tiny_model_dir, folder, "--speculative-tokens", "0", before_exec=limit_file_size)
+    try:
+        logprobs, prompt_tokens, cached = ask_openai(server)
+        assert cached == 0
+        again, _, cached = ask_openai(server)  # the memory tier still serves the prefix
+        assert again == logprobs and cached >= (prompt_tokens - 1) // PAGE_SIZE * PAGE_SIZE
+        stats = worker_stats(server)
+        assert stats["kv_disk_pages_written"] == 0 and stats["kv_disk_bytes"] == 0
+        assert "KV disk tier off: writing" in server.log.tail()
+    finally:
+        server.stop()
+    assert not list(folder.rglob("*.kv")) and not list(folder.rglob("*.tmp"))
