@@ -69,6 +69,7 @@ class DiskTier:
         self._bytes = 0
         self._queued: set[bytes] = set()  # digests waiting for the writer
         self._scan()
+        self._evict()  # a budget lowered since the last start
         self.enabled = True
         self._pages_written = self._pages_read = self._pages_dropped = self._read_failures = 0
         self._queue: queue.Queue[tuple[bytes, torch.Tensor] | None] = queue.Queue(

@@ -127,6 +127,20 @@ def test_pages_over_the_budget_go_least_recently_used_first(tmp_path: Path) -> N
     disk.close()
 
 
+def test_a_start_under_a_lower_budget_keeps_the_most_recently_used_pages(tmp_path: Path) -> None:
+    first = tier(tmp_path)
+    digests = [bytes([n]) * 16 for n in (1, 2, 3)]
+    for age, digest in enumerate(digests):
+        first.write(digest, lambda: payload(1.0))
+        first.flush()
+        used = time.time() - 100 + age  # written in that order, a second apart
+        os.utime(first.dir / file_name(digest), (used, used))
+    first.close()
+    second = tier(tmp_path, budget=2 * (HEADER.size + 32))
+    assert names(second) == sorted(file_name(d) for d in digests[1:])
+    second.close()
+
+
 def test_a_page_on_disk_or_queued_is_not_copied_again(tmp_path: Path) -> None:
     disk = tier(tmp_path)
     copies: list[int] = []
