@@ -94,6 +94,29 @@ class BlockRecords(NamedTuple):
 GGUF_BLOCK_BYTES = {"q4_1": 20, "q8_0": 34}
 
 
+Q5_0_BLOCK_BYTES = 22  # fp16 d, 32 high bits, 16 bytes of low nibbles
+
+
+def q8_0_blocks_from_q5_0(raw: torch.Tensor) -> torch.Tensor:
+    """Q5_0 rows (out, blocks x 22) as Q8_0 rows (out, blocks x 34) holding the same values:
+    each 5-bit code q becomes the byte q - 16 beside the same fp16 d, so ggml's Q5_0 x Q8_0
+    dot product (integer products of q - 16 and the 8-bit activations, times d) is exactly
+    what the Q8_0 records compute."""
+    if raw.dtype != torch.uint8 or raw.dim() != 2 or raw.shape[1] % Q5_0_BLOCK_BYTES:
+        raise ValueError(f"q5_0 rows must be uint8 (out, k x {Q5_0_BLOCK_BYTES})")
+    out_features = raw.shape[0]
+    blocks = raw.view(out_features, -1, Q5_0_BLOCK_BYTES)
+    high_bits = blocks[..., 2:6].to(torch.int64)  # little-endian 32 bits: bit j for value j
+    high = high_bits[..., 0] | high_bits[..., 1] << 8 | high_bits[..., 2] << 16
+    high = high | high_bits[..., 3] << 24
+    low = blocks[..., 6:22].to(torch.int16)  # value j: low nibble; value j + 16: high nibble
+    nibbles = torch.cat([low & 0x0F, low >> 4], dim=-1)  # (out, blocks, 32)
+    bit = (high[..., None] >> torch.arange(32)) & 1
+    codes = (nibbles | (bit << 4).to(torch.int16)) - 16
+    q8 = torch.cat([blocks[..., 0:2], codes.to(torch.int8).view(torch.uint8)], dim=-1)
+    return q8.reshape(out_features, -1).contiguous()
+
+
 def records_from_gguf(raw: torch.Tensor, block_format: str) -> BlockRecords:
     """A GGUF tensor's rows (out, blocks x block bytes) as records, byte for byte.
 

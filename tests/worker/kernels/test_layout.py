@@ -11,6 +11,7 @@ from worker.kernels.layout import (
     TILE,
     pack_q4_1,
     pack_q8_0,
+    q8_0_blocks_from_q5_0,
     records_from_gguf,
 )
 
@@ -139,3 +140,23 @@ def test_rows_not_laid_out_contiguously_read_as_the_same_records(block_format):
 def test_gguf_rows_of_the_wrong_width_are_refused():
     with pytest.raises(ValueError, match="q4_1 rows must be uint8"):
         records_from_gguf(torch.zeros(8, 21, dtype=torch.uint8), "q4_1")
+
+
+def test_q5_0_blocks_become_q8_0_blocks_of_the_same_values():
+    """Every value of the Q5_0 file (its fp16 d times code - 16) is the Q8_0 block's value,
+    bit for bit, over random weights and the extremes of the 5-bit range."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    rng = np.random.default_rng(7)
+    weight = rng.standard_normal((24, 96)).astype(np.float32)
+    weight[0, :32] = np.linspace(-1, 1, 32)  # codes from 0 to 31 in one block
+    q5 = quantize(weight, GGMLQuantizationType.Q5_0)
+    q8 = q8_0_blocks_from_q5_0(torch.from_numpy(q5))
+    assert q8.shape == (24, 3 * 34)
+    expected = dequantize(q5, GGMLQuantizationType.Q5_0)
+    assert np.array_equal(dequantize(q8.numpy(), GGMLQuantizationType.Q8_0), expected)
+    codes = q8.view(24, 3, 34)[0, 0, 2:].view(torch.int8)
+    assert codes.min() == -16 and codes.max() == 15
+    with pytest.raises(ValueError, match="q5_0 rows"):
+        q8_0_blocks_from_q5_0(torch.zeros(2, 21, dtype=torch.uint8))

@@ -229,7 +229,7 @@ def test_an_unknown_tensor_type_is_named_with_its_tensor(tmp_path, monkeypatch):
 
 @needs_native_kernels
 @needs_ggml
-@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "Q5_0"])  # Q5_0: its codes as Q8_0 records
 def test_precision_file_computes_our_records_as_ggml_computes_the_file(tmp_path, monkeypatch, kind):
     types = {f"{name}.weight": kind for name in LINEARS}
     folder = gguf_folder(tmp_path, monkeypatch, "llama", types)

@@ -114,7 +114,9 @@ def test_a_gguf_of_mixed_types_decodes_every_layer_in_one_call(arch, int8, tmp_p
     folder = resolve_model_dir(write_gguf(hf, tmp_path / "mixed.gguf", MIXED_TYPES))
     cpu = torch.device("cpu")
     model = load_model(folder, torch.float32, cpu, quantization="gguf", int8_activations=int8)
-    assert isinstance(model.layers[0].mlp.gate_up_proj, GgmlLinear)
+    assert isinstance(model.layers[0].self_attn.qkv_proj, GgmlLinear)  # K-quants: ggml's
+    gate_up = model.layers[0].mlp.gate_up_proj  # Q5_0: its codes as our Q8_0 records
+    assert isinstance(gate_up, BlockLinear) and gate_up.int8 == int8
     down = model.layers[1].mlp.down_proj
     assert isinstance(down, BlockLinear) and down.int8 == int8
     stack = model.stacked_layers
