@@ -192,7 +192,7 @@ class DiskTier:
         path.unlink(missing_ok=True)
 
     def flush(self) -> None:
-        """Until every queued page is written (tests, and close)."""
+        """Until every queued page is written, the writer then running on."""
         self._queue.put(None)
         self._writer.join()
         self._writer = threading.Thread(target=self._write_loop, name="kv-disk", daemon=True)

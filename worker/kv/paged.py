@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 
 import torch
 
 from worker.kv import base
 from worker.kv.base import Admission, CacheStats, KVCache, KVStorage, ReadInPlace
+from worker.kv.disk_pages import DiskPages
 from worker.kv.disk_tier import DiskTier
-from worker.kv.page_file import prompt_digests, tensor_bytes
 from worker.kv.page_pool import PagePool
 from worker.kv.task_table import TaskEntry, TaskTable
 
@@ -22,12 +21,7 @@ from worker.kv.task_table import TaskEntry, TaskTable
 # admission when that page is computed, else once it is; in the forward that computes it,
 # they are read from it in place and copied after. So a shared system prompt that ends
 # mid-page costs no recomputation, even for requests that arrive together with the first.
-#
-# With a disk tier, every full page of a prompt is written there once computed (write-
-# through, off the engine thread), named by its chained digest; a prompt whose next pages
-# miss in memory but are on disk gets them read back at admission, indexed as computed.
-
-NO_SEQUENCE = -1  # the holder of pages held only while they are read back from disk
+# With a disk tier, prompt pages also go to disk and come back from it (disk_pages.py).
 
 
 class PageCache(KVCache):
@@ -53,8 +47,8 @@ class PageCache(KVCache):
         self._reading: list[int] = []  # sequences reading rows in place this step
         self._hit_tokens = 0
         self._query_tokens = 0
-        self._disk_hit_tokens = 0
         self.disk = disk if enable_prefix_caching else None
+        self.disk_pages = DiskPages(self.disk, self.pool, storage, page_size) if self.disk else None
 
     @property
     def max_tokens_per_seq(self) -> int:
@@ -72,8 +66,13 @@ class PageCache(KVCache):
         # Never match the last token: its logits have to be computed to sample from.
         max_pages = (len(tokens) - 1) // ps
         matched = self.pool.match(tokens, max_pages) if reuse_prefix else []
-        digests = prompt_digests(tokens, len(tokens) // ps, ps) if self.disk else []
-        if reuse_prefix and len(matched) < max_pages and self._restore(tokens, digests, matched):
+        # The watermark is kept for running sequences; with none, it would only keep a
+        # prompt that fits the whole cache waiting forever.
+        reserve = self.watermark_pages if len(self.table) else 0
+        disk = self.disk_pages
+        digests = disk.digests(tokens) if disk else []
+        need = self._num_pages_for(len(tokens)) - len(matched)
+        if disk and reuse_prefix and disk.restore(tokens, digests, matched, need, reserve):
             matched = self.pool.match(tokens, max_pages)
         num_computed_pages = 0
         while num_computed_pages < len(matched) and not self.pool.is_pending(
@@ -96,10 +95,7 @@ class PageCache(KVCache):
             and num_computed_pages == len(matched)
             and not self.pool.is_pending(partial[0])
         )
-        need = self._num_pages_for(len(tokens)) - len(matched)
-        # The watermark is kept for running sequences; with none, it would only keep a
-        # prompt that fits the whole cache waiting forever.
-        reserve = self.watermark_pages if len(self.table) else 0
+        need = self._num_pages_for(len(tokens)) - len(matched)  # after what was read back
         reusing = [*matched, partial[0]] if partial and copy_now else matched
         if not self.pool.can_allocate(need, reusing, reserve):
             return None
@@ -133,40 +129,6 @@ class PageCache(KVCache):
         self._hit_tokens += entry.num_shared
         self._query_tokens += len(tokens) if reuse_prefix else 0
         return Admission(entry.num_cached, entry.num_shared)
-
-    def _restore(self, tokens: Sequence[int], digests: list[bytes], matched: list[int]) -> bool:
-        """Read the pages right after `matched` back from the disk tier, as far as they are
-        there, into new pages indexed as computed and left cached; whether any was. Only
-        where the whole prompt would fit now: a prompt that must wait reads nothing yet."""
-        disk, ps = self.disk, self.page_size
-        if disk is None or any(self.pool.is_pending(page) for page in matched):
-            return False
-        first = len(matched)
-        run = disk.count_present(digests[first : (len(tokens) - 1) // ps])
-        reserve = self.watermark_pages if len(self.table) else 0
-        need = self._num_pages_for(len(tokens)) - first
-        if not run or not self.pool.can_allocate(need, matched, reserve):
-            return False
-        for page in matched:  # so that allocating cannot evict the chain read pages join
-            self.pool.acquire(page)
-        pages = self.pool.allocate(run)
-        payload = self.storage.payload_buffer()
-        into = tensor_bytes(payload)
-        parent, restored = (matched[-1] if matched else None), 0
-        try:
-            for i, page in enumerate(pages, start=first):
-                if not disk.read(digests[i], into):
-                    break
-                self.storage.load_page(page, payload)
-                if not self.pool.index(page, parent, tokens[i * ps : (i + 1) * ps], owner=None):
-                    break
-                parent, restored = page, restored + 1
-        finally:
-            # Deepest first, as at release: the chain's tail is evicted before its head.
-            for page in reversed(matched + pages):
-                self.pool.release(page, NO_SEQUENCE)
-        self._disk_hit_tokens += restored * ps
-        return restored > 0
 
     def _computed_without_waiting(self, page: int) -> bool:
         """Whether a pending page's owner computes it with no partial page of its own to wait
@@ -285,9 +247,8 @@ class PageCache(KVCache):
         num_full = num_computed // self.page_size
         for i in range(entry.num_committed_pages, num_full):
             self.pool.mark_computed(entry.pages[i])
-            if self.disk is not None and i < len(entry.digests):
-                copy = partial(self.storage.page_payload, entry.pages[i])
-                self.disk.write(entry.digests[i], copy)
+            if self.disk_pages is not None and i < len(entry.digests):
+                self.disk_pages.write(entry.digests[i], entry.pages[i])
         entry.num_committed_pages = max(entry.num_committed_pages, num_full)
         # Pages completed by decoding (or after a lost index) join the index computed.
         self._index_pages(entry, tokens, num_full, owner=None)
@@ -316,29 +277,10 @@ class PageCache(KVCache):
         return list(self.table.get(seq_id).pages)
 
     def slots(self, seq_id: int, start: int, end: int) -> list[int]:
-        pages, ps = self.table.get(seq_id).pages, self.page_size
-        return [pages[p // ps] * ps + p % ps for p in range(start, end)]
+        return self.table.get(seq_id).slots(start, end, self.page_size)
 
     def read_slots(self, seq_ids: Sequence[int], lengths: Sequence[int]) -> torch.Tensor:
-        ps = self.page_size
-        longest = max(lengths)
-        num_pages = self._num_pages_for(longest)
-        rows = []
-        in_place: list[tuple[int, int, int, int]] = []  # (row, source page, position, n)
-        for seq_id, length in zip(seq_ids, lengths, strict=True):
-            entry = self.table.get(seq_id)
-            pages = entry.pages[: self._num_pages_for(length)]
-            rows.append(pages + [0] * (num_pages - len(pages)))  # page 0: valid, masked off
-            if entry.read_from is not None:
-                n = len(entry.partial_tokens)
-                in_place.append((len(rows) - 1, entry.read_from, entry.num_shared - n, n))
-        # Page-major: each page's rows are consecutive. One tensor and one broadcast add
-        # (a gather, a multiply and a modulo over every position cost several times more).
-        table = torch.tensor(rows, dtype=torch.int64) * ps  # (B, pages)
-        slots = (table[:, :, None] + torch.arange(ps)).view(len(rows), -1)
-        for row, source, at, n in in_place:  # rows another sequence computes in this forward
-            slots[row, at : at + n] = source * ps + torch.arange(n)
-        return slots[:, :longest].contiguous()
+        return self.table.read_slots(seq_ids, lengths, self.page_size)
 
     def stats(self) -> CacheStats:
         allocator = self.pool.allocator
@@ -352,6 +294,6 @@ class PageCache(KVCache):
             bytes_reserved=self.storage.bytes_reserved,
             pages_peak_in_use=allocator.peak_in_use,
             query_tokens=self._query_tokens,
-            disk_hit_tokens=self._disk_hit_tokens,
+            disk_hit_tokens=self.disk_pages.hit_tokens if self.disk_pages else 0,
             disk=self.disk.stats() if self.disk is not None else None,
         )

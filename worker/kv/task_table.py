@@ -1,8 +1,11 @@
-"""TaskTable: each sequence's page table and how much of it the cache already held."""
+"""TaskTable: each sequence's page table, how much of it the cache already held, its rows."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import torch
 
 
 @dataclass
@@ -23,6 +26,11 @@ class TaskEntry:
     # The prompt's full pages by their disk-tier names (worker/kv/page_file.py); empty
     # without a disk tier. Each is written there once this sequence computes it.
     digests: list[bytes] = field(default_factory=list)
+
+    def slots(self, start: int, end: int, page_size: int) -> list[int]:
+        """Flat cache rows of positions [start, end)."""
+        ps = page_size
+        return [self.pages[p // ps] * ps + p % ps for p in range(start, end)]
 
     def drop_partial(self) -> None:
         """The partial rows are this sequence's now (copied), or its own to compute."""
@@ -58,3 +66,27 @@ class TaskTable:
 
     def seq_ids(self) -> list[int]:
         return list(self._entries)
+
+    def read_slots(
+        self, seq_ids: Sequence[int], lengths: Sequence[int], page_size: int
+    ) -> torch.Tensor:
+        """(B, max(lengths)) int64 rows of each sequence's context (KVCache.read_slots)."""
+        ps = page_size
+        longest = max(lengths)
+        num_pages = -(-longest // ps)
+        rows = []
+        in_place: list[tuple[int, int, int, int]] = []  # (row, source page, position, n)
+        for seq_id, length in zip(seq_ids, lengths, strict=True):
+            entry = self.get(seq_id)
+            pages = entry.pages[: -(-length // ps)]
+            rows.append(pages + [0] * (num_pages - len(pages)))  # page 0: valid, masked off
+            if entry.read_from is not None:
+                n = len(entry.partial_tokens)
+                in_place.append((len(rows) - 1, entry.read_from, entry.num_shared - n, n))
+        # Page-major: each page's rows are consecutive. One tensor and one broadcast add
+        # (a gather, a multiply and a modulo over every position cost several times more).
+        table = torch.tensor(rows, dtype=torch.int64) * ps  # (B, pages)
+        slots = (table[:, :, None] + torch.arange(ps)).view(len(rows), -1)
+        for row, source, at, n in in_place:  # rows another sequence computes in this forward
+            slots[row, at : at + n] = source * ps + torch.arange(n)
+        return slots[:, :longest].contiguous()
