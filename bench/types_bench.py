@@ -192,24 +192,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--files", default="Q4_1,Q4_K_M,Q8_0,1B")
+    parser.add_argument(
+        "--files",
+        default="Q4_1,Q4_K_M,Q8_0,1B",
+        help="Q4_1: the default file; 1B; any other llama-quantize type: the default model in it",
+    )
     parser.add_argument("--w1", default="1,8,32", help="W1 streams for the 1 B file")
     args = parser.parse_args()
     binary = llama_server_binary(None)
     if binary is None:
         raise SystemExit("llama-server is needed: bench/build_llama_server.sh")
     quantize = Path(binary).parent / "llama-quantize"
-    files = {
-        "Q4_1": lambda: default_model_path(),
-        "Q4_K_M": lambda: default_requantized(quantize, "Q4_K_M"),
-        "Q8_0": lambda: default_requantized(quantize, "Q8_0"),
-        "1B": lambda: one_b(quantize),
-    }
+    files = {"Q4_1": lambda: default_model_path(), "1B": lambda: one_b(quantize)}
     bandwidth = read_bandwidth_gb_s()
     results = []
     for name in args.files.split(","):
         streams = tuple(int(c) for c in args.w1.split(",")) if name == "1B" else ()
-        results.append(measure_file(Path(binary), files[name](), args.rounds, streams))
+        model = files[name]() if name in files else default_requantized(quantize, name)
+        results.append(measure_file(Path(binary), model, args.rounds, streams))
         print(json.dumps(results[-1]["points"], indent=1), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {"memory_read_gb_s": bandwidth, "files": results}

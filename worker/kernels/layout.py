@@ -1,4 +1,4 @@
-"""Weight records for the native block kernels: GGUF's Q4_1 and Q8_0 codes, 8 columns a tile.
+"""Weight records for the native block kernels: GGUF's Q4_1, Q8_0 and Q5_0 codes, 8 columns a tile.
 
 csrc/quant_matmul.cpp documents the byte layout. Quantizing weights a Q4_1 (or Q8_0) file
 dequantized gives that file's codes and fp16 scales back exactly, so the kernels compute
@@ -7,6 +7,7 @@ with the very numbers the file holds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -90,8 +91,10 @@ class BlockRecords(NamedTuple):
     out_features: int
 
 
-# GGUF's block of 32 values: fp16 d (and fp16 m for Q4_1) followed by the codes.
-GGUF_BLOCK_BYTES = {"q4_1": 20, "q8_0": 34}
+# GGUF's block of 32 values: fp16 d (and fp16 m for Q4_1, 32 high bits for Q5_0) followed by
+# the codes; the fields before the codes, in bytes, each moved column by column into a record.
+GGUF_BLOCK_BYTES = {"q4_1": 20, "q8_0": 34, "q5_0": 22}
+_HEADER_FIELDS = {"q4_1": (2, 2), "q8_0": (2,), "q5_0": (2, 4)}
 
 
 Q5_0_BLOCK_BYTES = 22  # fp16 d, 32 high bits, 16 bytes of low nibbles
@@ -120,13 +123,54 @@ def q8_0_blocks_from_q5_0(raw: torch.Tensor) -> torch.Tensor:
 def records_from_gguf(raw: torch.Tensor, block_format: str) -> BlockRecords:
     """A GGUF tensor's rows (out, blocks x block bytes) as records, byte for byte.
 
-    Q4_1's 16 code bytes hold values k and k + 16 in the low and high nibble of byte k,
-    which is the records' order already; Q8_0's 32 codes are one byte each.
+    Q4_1's and Q5_0's 16 code bytes hold values k and k + 16 in the low and high nibble of
+    byte k, which is the records' order already (Q5_0's 32 high bits move as one word per
+    column); Q8_0's 32 codes are one byte each.
     """
     block_bytes = GGUF_BLOCK_BYTES[block_format]
     if raw.dtype != torch.uint8 or raw.dim() != 2 or raw.shape[1] % block_bytes:
         raise ValueError(f"{block_format} rows must be uint8 (out, k x {block_bytes})")
-    return BlockRecords(_rearranged(raw, block_format), raw.shape[0])
+    records = _rearranged(raw, block_format)
+    if block_format == "q5_0":
+        high = records[..., 2 * TILE : 6 * TILE].view(torch.int32)
+        high.copy_(_moved_bits(high, _RECORD_HIGH_BITS))
+    return BlockRecords(records, raw.shape[0])
+
+
+def _bit_moves(position: Callable[[int], int]) -> torch.Tensor:
+    """(4, 256) int64: for byte b of a 32-bit word and its value v, v's bits at their new
+    places (bit i of the word to bit position(i))."""
+    table = torch.zeros(4, 256, dtype=torch.int64)
+    values = torch.arange(256)
+    for b in range(4):
+        for u in range(8):
+            table[b] |= ((values >> u) & 1) << position(8 * b + u)
+    return table
+
+
+# Q5_0's high bits: the file's bit i (code i) at bit 8 (i % 4) + i // 4 of a record's word,
+# where one shift lines up a group of four codes' bits with their bytes (csrc/q5_0_kernel.h);
+# and back.
+_RECORD_HIGH_BITS = _bit_moves(lambda i: 8 * (i % 4) + i // 4)
+_FILE_HIGH_BITS = _bit_moves(lambda p: 4 * (p % 8) + p // 8)
+
+
+def _moved_bits(words: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """int32 words with their bits moved by a _bit_moves table."""
+    wide = words.to(torch.int64) & 0xFFFFFFFF
+    moved = torch.zeros_like(wide)
+    for b in range(4):
+        moved |= table[b][(wide >> (8 * b)) & 0xFF]
+    return moved.to(torch.int32)  # wraps bit 31 into the sign, as the bytes hold it
+
+
+def q5_0_rows_from_records(rows: torch.Tensor) -> torch.Tensor:
+    """Q5_0 rows (out, blocks x 22) gathered back out of records (gguf_rows_in_records): the
+    file's bytes again, high bits in the file's order."""
+    blocks = rows.reshape(rows.shape[0], -1, Q5_0_BLOCK_BYTES).clone()
+    high = blocks[..., 2:6].contiguous().view(torch.int32)
+    blocks[..., 2:6] = _moved_bits(high, _FILE_HIGH_BITS).view(torch.uint8)
+    return blocks.reshape(rows.shape)
 
 
 def gguf_rows_in_records(block_format: str, blocks: int) -> torch.Tensor:
@@ -156,17 +200,15 @@ def _rearranged_units(raw: torch.Tensor, block_format: str, unit: int) -> torch.
     out_features = raw.shape[0]
     blocks = raw.shape[1] // block
     tiles = _tiled(raw.reshape(out_features, blocks, block))  # (tiles, 8, blocks, block)
-    scale = 2 // unit  # an fp16 scale's elements
-    halves = 2 if block_format == "q4_1" else 1
-    scales = [
-        tiles[..., scale * h : scale * (h + 1)]
-        .permute(0, 2, 1, 3)
-        .reshape(-1, blocks, scale * TILE)
-        for h in range(halves)
-    ]
-    codes = tiles[..., scale * halves :]
+    fields, at = [], 0
+    for size in _HEADER_FIELDS[block_format]:
+        width = size // unit
+        field = tiles[..., at : at + width].permute(0, 2, 1, 3)
+        fields.append(field.reshape(-1, blocks, width * TILE))
+        at += width
+    codes = tiles[..., at:]
     group = 4 // unit  # the records interleave the tile's columns 4 code bytes at a time
-    groups = codes.shape[-1] // group  # Q4_1: 4 groups; Q8_0: 8
+    groups = codes.shape[-1] // group  # Q4_1, Q5_0: 4 groups; Q8_0: 8
     codes = codes.reshape(-1, TILE, blocks, groups, group).permute(0, 2, 3, 1, 4)
-    records = torch.cat([*scales, codes.reshape(-1, blocks, groups * TILE * group)], dim=-1)
+    records = torch.cat([*fields, codes.reshape(-1, blocks, groups * TILE * group)], dim=-1)
     return records.contiguous()

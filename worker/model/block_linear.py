@@ -1,4 +1,4 @@
-"""BlockLinear: a linear layer with GGUF-style block weights (Q4_1, Q8_0) in native kernels."""
+"""BlockLinear: a linear layer of GGUF-style block weights (Q4_1, Q8_0, Q5_0) in our kernels."""
 
 from __future__ import annotations
 
@@ -50,8 +50,9 @@ class BlockLinear(nn.Module):
         self.in_features = packed.records.shape[1] * 32
         self.bias = None if bias is None else bias.detach().float().contiguous()
         ops = torch.ops.astrai
-        op = ops.q4_1_linear if block_format == "q4_1" else ops.q8_0_linear
-        self._op = op.default
+        ops_by_format = {"q4_1": ops.q4_1_linear, "q8_0": ops.q8_0_linear}
+        ops_by_format["q5_0"] = ops.q5_0_linear  # read from a file's records, 8-bit only
+        self._op = ops_by_format[block_format].default
 
     def forward(
         self,

@@ -230,10 +230,15 @@ def _linear(
         records = records_from_gguf(raw, NATIVE_TYPES[kind])
         paths.add(kind, f"native {kind} kernel, {activations} activations", len(parts))
         return BlockLinear(records, bias, NATIVE_TYPES[kind], plan.panel_rows, int8)
+    if kinds == {"Q5_0"} and ours and int8:
+        raw = quant[0].data if len(quant) == 1 else torch.cat([q.data for q in quant])
+        paths.add("Q5_0", "native Q5_0 kernel, 8-bit activations", len(parts))
+        return BlockLinear(records_from_gguf(raw, "q5_0"), bias, "q5_0", plan.panel_rows, True)
     if kinds <= {"Q5_0", "Q8_0"} and ours:
-        # ggml's Q5_0 kernels take a call per row block and run at half our Q8_0 records'
-        # rate: the same values as Q8_0 codes (34 bytes a block instead of 22) compute the
-        # same integer dot products there.
+        # A layer of both (or float32 activations, which the Q5_0 kernel lacks): ggml's Q5_0
+        # kernels take a call per row block and run at half our Q8_0 records' rate; the same
+        # values as Q8_0 codes (34 bytes a block instead of 22) compute the same integer dot
+        # products there.
         raw = torch.cat([_q8_0_rows(q) for q in quant])
         for q in quant:
             codes = " on its codes as Q8_0" if q.type_name == "Q5_0" else ""

@@ -118,7 +118,8 @@ class StackedLayers(NamedTuple):
 
 
 # csrc/decode_layers.cpp's PartKind.
-_Q4_1_RECORDS, _Q8_0_RECORDS, _GGML, _KQUANT_GEMV, _Q4_1_RECORDS_INT8, _Q8_0_RECORDS_INT8 = range(6)
+_Q4_1_RECORDS, _Q8_0_RECORDS, _GGML, _KQUANT_GEMV = range(4)
+_RECORDS_INT8 = {"q4_1": 4, "q8_0": 5, "q5_0": 6}
 
 
 def stack_layers(model: NativeModel) -> StackedLayers | None:
@@ -136,11 +137,10 @@ def stack_layers(model: NativeModel) -> StackedLayers | None:
     panel_rows, panel_from = 0, []
     for index, linear in enumerate(group for layer in _linears(model) for group in layer):
         if isinstance(linear, BlockLinear):
-            q4_1 = linear.block_format == "q4_1"
             if linear.int8:
-                kind = _Q4_1_RECORDS_INT8 if q4_1 else _Q8_0_RECORDS_INT8
+                kind = _RECORDS_INT8[linear.block_format]
             else:
-                kind = _Q4_1_RECORDS if q4_1 else _Q8_0_RECORDS
+                kind = _Q4_1_RECORDS if linear.block_format == "q4_1" else _Q8_0_RECORDS
             weights.append(linear.records)
             parts += [index, kind, 0, linear.out_features, 0]
             panel_rows = linear.panel_rows

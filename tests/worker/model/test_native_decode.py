@@ -88,8 +88,8 @@ def test_prefill_and_half_precision_caches_take_the_reference_path(tmp_path):
     assert native_decode.handles(model, decode, cache.layers())
 
 
-# Layer 0 as llama-quantize's mixes write it (Q4_K woven beside Q6_K, Q5_0 through ggml's
-# vec_dot), layer 1 in our block records (Q4_1, and Q8_0 for the down projection).
+# Layer 0 as llama-quantize's mixes write it (Q4_K woven beside Q6_K, Q5_0 in our records),
+# layer 1 in our block records too (Q4_1, and Q8_0 for the down projection).
 MIXED_TYPES = {
     "blk.0.attn_q.weight": "Q4_K",
     "blk.0.attn_k.weight": "Q4_K",
@@ -115,7 +115,7 @@ def test_a_gguf_of_mixed_types_decodes_every_layer_in_one_call(arch, int8, tmp_p
     cpu = torch.device("cpu")
     model = load_model(folder, torch.float32, cpu, quantization="gguf", int8_activations=int8)
     assert isinstance(model.layers[0].self_attn.qkv_proj, GgmlLinear)  # K-quants: ggml's
-    gate_up = model.layers[0].mlp.gate_up_proj  # Q5_0: its codes as our Q8_0 records
+    gate_up = model.layers[0].mlp.gate_up_proj  # Q5_0: our records of its blocks (exact: as Q8_0)
     assert isinstance(gate_up, BlockLinear) and gate_up.int8 == int8
     down = model.layers[1].mlp.down_proj
     assert isinstance(down, BlockLinear) and down.int8 == int8

@@ -51,6 +51,7 @@ enum class Scratch {
   kInt8Codes,
   kInt8Scales,
   kInt8Sums,
+  kInt8Totals,
   kCount  // the number of uses
 };
 

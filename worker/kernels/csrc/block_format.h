@@ -8,6 +8,9 @@
 //        nibble; w = d * code + m, code in 0..15.
 //   Q8_0 (272 bytes): fp16 d[8], then 8 groups g of 32 bytes: for each column c, a 32-bit word
 //        whose byte t is code 4g+t as int8; w = d * code, code in -127..127.
+//   Q5_0 (176 bytes): fp16 d[8], each column's 32 high bits (in the order q5_0_kernel.h
+//        reads), then Q4_1's 4 groups of low nibbles; w = d * (code - 16), code in 0..31
+//        (8-bit activations only: q5_0_kernel.h).
 // Read as eight 32-bit lanes, a group yields by one mask (and for some inputs one shift) the
 // codes of one input for all 8 columns at once, still shifted left by the position of the
 // byte they sit in: 2^(8 (i % 4)) for Q4_1, 2^24 for Q8_0. The kernels undo that exactly, by
@@ -23,10 +26,18 @@ namespace astrai {
 constexpr int64_t kTile = 8;  // output features per record
 constexpr int64_t kQ4Record = 160;
 constexpr int64_t kQ8Record = 272;
+constexpr int64_t kQ5Record = 176;
+
+// The record formats block_linear takes (ops.h).
+enum class Records { kQ4_1, kQ8_0, kQ5_0 };
 
 template <bool kQ8>
 constexpr int64_t record_bytes() {
   return kQ8 ? kQ8Record : kQ4Record;
+}
+
+constexpr int64_t record_bytes(Records format) {
+  return format == Records::kQ4_1 ? kQ4Record : format == Records::kQ8_0 ? kQ8Record : kQ5Record;
 }
 
 #if defined(__AVX2__)

@@ -20,11 +20,13 @@
 
 namespace astrai {
 
-// Activation rows in 8 bits: per row k codes, per block its scale d and (Q4_1) s = d * sum q.
+// Activation rows in 8 bits: per row k codes, per block its scale d, (Q4_1) s = d * sum q
+// and (Q5_0) the integer sum q.
 struct Int8Rows {
-  const int8_t* codes;  // (m, k)
-  const float* scales;  // (m, k / 32)
-  const float* sums;    // (m, k / 32)
+  const int8_t* codes;    // (m, k)
+  const float* scales;    // (m, k / 32)
+  const float* sums;      // (m, k / 32)
+  const int32_t* totals;  // (m, k / 32)
   int64_t k;
 };
 
@@ -33,7 +35,7 @@ inline float through_half(float value) { return _cvtsh_ss(_cvtss_sh(value, 0)); 
 // One row of k floats → codes, scales and sums, as ggml's x86 quantize_row_q8_1 (q8_0 alike):
 // d = max |x| / 127, q = x * (127 / max |x|) rounded to nearest even.
 inline void quantize_row_int8(const float* x, int64_t k, int8_t* codes, float* scales,
-                              float* sums) {
+                              float* sums, int32_t* totals) {
   for (int64_t b = 0; b < k / kBlock; ++b) {
     const float* in = x + b * kBlock;
     int8_t* out = codes + b * kBlock;
@@ -77,6 +79,7 @@ inline void quantize_row_int8(const float* x, int64_t k, int8_t* codes, float* s
     const float d = amax / 127.0f;
     scales[b] = through_half(d);
     sums[b] = through_half(d * static_cast<float>(sum));
+    totals[b] = sum;
   }
 }
 

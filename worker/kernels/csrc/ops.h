@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <optional>
 
+#include "block_format.h"
+
 namespace astrai {
 
-// out = prologue(x) @ weight.T (+ bias) (+ residual); kQ8: Q8_0 records, else Q4_1; int8:
-// the activations rounded to 8 bits per block (int8_kernel.h), else float32.
-template <bool kQ8>
+// out = prologue(x) @ weight.T (+ bias) (+ residual) over records of kFormat (block_format.h);
+// int8: the activations rounded to 8 bits per block (int8_kernel.h), else float32.
+template <Records kFormat>
 at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t out_features,
                         const c10::optional<at::Tensor>& bias,
                         const c10::optional<at::Tensor>& residual,

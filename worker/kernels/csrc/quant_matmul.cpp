@@ -1,4 +1,4 @@
-// The block-quantized linear layer on the CPU: GGUF Q4_1 or Q8_0 weights times float32
+// The block-quantized linear layer on the CPU: GGUF Q4_1, Q8_0 or Q5_0 weights times float32
 // activations, with a decoder layer's RMSNorm, SwiGLU gate and residual add fused around it.
 //
 // Why: a decode step of a small model reads every weight once per token, and 4-bit weights are
@@ -8,7 +8,8 @@
 // -march=native on the machine that runs it (worker/kernels/build.py); the scalar branches
 // keep any other CPU correct.
 //
-// Few rows go through the direct kernel (direct_kernel.h), from `panel_rows` rows on through
+// Q5_0 records run with 8-bit activations only (q5_0_kernel.h). Float32 activations: few rows go
+// through the direct kernel (direct_kernel.h), from `panel_rows` rows on through
 // the panel kernel (panel_kernel.h; on AMX, amx_panel_kernel.h); the probe
 // (worker/kernels/plan.py) measures where.
 
@@ -19,12 +20,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "activations.h"
 #include "block_format.h"
 #include "direct_kernel.h"
 #include "int8_kernel.h"
 #include "ops.h"
+#include "q5_0_kernel.h"
 #include "panel_matmul.h"
 #include "wide_direct_kernel.h"
 #include "parallel.h"
@@ -75,39 +78,75 @@ void direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int6
 
 // The rows after their prologue, rounded to 8 bits per block (in parallel, row by row),
 // then each tile's records times all of them, four rows at a time.
-template <bool kQ8>
+template <Records kFormat>
 void int8_direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int64_t tiles,
                  int64_t blocks, float* out, const float* init) {
   const int64_t m = input.size(0), k = blocks * kBlock, per_row = k / kBlock;
-  const Rows prepared = prepare_rows(input.data_ptr<float>(), m, k, kQ8, pro, false);
+  const Rows prepared = prepare_rows(input.data_ptr<float>(), m, k, false, pro, false);
   int8_t* codes = reinterpret_cast<int8_t*>(scratch(Scratch::kInt8Codes, (m * k + 3) / 4));
   float* scales = scratch(Scratch::kInt8Scales, m * per_row);
   float* sums = scratch(Scratch::kInt8Sums, m * per_row);
+  int32_t* totals = reinterpret_cast<int32_t*>(scratch(Scratch::kInt8Totals, m * per_row));
   parallel_chunks(m, std::max<int64_t>(1, 8192 / k), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r)
       quantize_row_int8(prepared.x + r * k, k, codes + r * k, scales + r * per_row,
-                        sums + r * per_row);
+                        sums + r * per_row, totals + r * per_row);
   });
-  const Int8Rows rows{codes, scales, sums, k};
-  const int64_t run = blocks * record_bytes<kQ8>(), stride = tiles * kTile;
+  const Int8Rows rows{codes, scales, sums, totals, k};
+  const int64_t run = blocks * record_bytes(kFormat), stride = tiles * kTile;
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_for(tiles, 1, 64), 32768 / run));
   parallel_chunks(tiles, chunk, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const uint8_t* records = w + t * run;
       float* o = out + t * kTile;
       const float* start = init == nullptr ? nullptr : init + t * kTile;
-      int64_t r = 0;
 #if defined(__AVX2__)
-      for (; r + 4 <= m; r += 4) int8_tile<kQ8, 4>(records, blocks, rows, r, o, start, stride);
-      for (; r < m; ++r) int8_tile<kQ8, 1>(records, blocks, rows, r, o, start, stride);
+      // Four rows at a time, then the rest in one pass: a record's codes are unpacked once
+      // for all the rows of a pass.
+      auto pass = [&](auto rows_in_pass, int64_t r) {
+        constexpr int R = decltype(rows_in_pass)::value;
+        if constexpr (kFormat == Records::kQ5_0) {
+          q5_0_tile<R>(records, blocks, rows, r, o, start, stride);
+        } else {
+          int8_tile<kFormat == Records::kQ8_0, R>(records, blocks, rows, r, o, start, stride);
+        }
+      };
+      int64_t r = 0;
+      for (; r + 4 <= m; r += 4) pass(std::integral_constant<int, 4>{}, r);
+      if (m - r == 3) pass(std::integral_constant<int, 3>{}, r);
+      if (m - r == 2) pass(std::integral_constant<int, 2>{}, r);
+      if (m - r == 1) pass(std::integral_constant<int, 1>{}, r);
 #endif
     }
   });
 }
 
+// The kernel for these rows: 8-bit activations (every row count), else the panel kernel for
+// many rows or the direct kernel for few (float32 activations: not for Q5_0 records).
+template <Records kFormat>
+void compute(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int64_t tiles,
+             int64_t blocks, float* out, const float* init, bool int8, bool direct_path) {
+#if defined(__AVX2__)
+  if (int8) return int8_direct<kFormat>(input, pro, w, tiles, blocks, out, init);
+#else
+  TORCH_CHECK(!int8, "8-bit activations need AVX2");
+#endif
+  if constexpr (kFormat != Records::kQ5_0) {
+    constexpr bool kQ8 = kFormat == Records::kQ8_0;
+#if defined(__AVX2__)
+    if (!direct_path) {
+      const int64_t m = input.size(0), k = blocks * kBlock;
+      const Rows rows = prepare_rows(input.data_ptr<float>(), m, k, kQ8, pro, false);
+      return panel_matmul(RecordSource<kQ8>{w, blocks}, rows.x, m, tiles, blocks, out);
+    }
+#endif
+    direct<kQ8>(input, pro, w, tiles, blocks, out, init);
+  }
+}
+
 }  // namespace
 
-template <bool kQ8>
+template <Records kFormat>
 at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t out_features,
                         const c10::optional<at::Tensor>& bias,
                         const c10::optional<at::Tensor>& residual,
@@ -118,8 +157,9 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
               "weight must be a contiguous (tiles, blocks, record) uint8 tensor");
   const int64_t m = x.size(0), n = out_features, tiles = weight.size(0), blocks = weight.size(1);
   const int64_t k = blocks * kBlock;
-  TORCH_CHECK(weight.size(2) == record_bytes<kQ8>(), "weight records must be ",
-              record_bytes<kQ8>(), " bytes");
+  TORCH_CHECK(weight.size(2) == record_bytes(kFormat), "weight records must be ",
+              record_bytes(kFormat), " bytes");
+  TORCH_CHECK(int8 || kFormat != Records::kQ5_0, "Q5_0 records take 8-bit activations only");
   TORCH_CHECK(x.size(1) == (gated ? 2 * k : k), "x has ", x.size(1), " columns, the weight takes ",
               k, gated ? " (times 2: gate and up)" : "");
   TORCH_CHECK(n <= tiles * kTile && n > (tiles - 1) * kTile,
@@ -143,22 +183,9 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
   if (m > 0) {
     const Prologue pro{gated, norm.defined() ? norm.data_ptr<float>() : nullptr,
                        static_cast<float>(eps)};
-    const uint8_t* w = weight.data_ptr<uint8_t>();
     float* o = out.data_ptr<float>();
-#if defined(__AVX2__)
-    const float* start = init.defined() ? init.data_ptr<float>() : nullptr;
-    if (int8) {
-      int8_direct<kQ8>(input, pro, w, tiles, blocks, o, start);
-    } else if (!direct_path) {
-      const Rows rows = prepare_rows(input.data_ptr<float>(), m, k, kQ8, pro, false);
-      panel_matmul(RecordSource<kQ8>{w, blocks}, rows.x, m, tiles, blocks, o);
-    } else {
-      direct<kQ8>(input, pro, w, tiles, blocks, o, start);
-    }
-#else
-    TORCH_CHECK(!int8, "8-bit activations need AVX2");
-    direct<kQ8>(input, pro, w, tiles, blocks, o, init.defined() ? init.data_ptr<float>() : nullptr);
-#endif
+    compute<kFormat>(input, pro, weight.data_ptr<uint8_t>(), tiles, blocks, o,
+                     init.defined() ? init.data_ptr<float>() : nullptr, int8, direct_path);
   }
   at::Tensor result = n == tiles * kTile ? out : out.narrow(1, 0, n).contiguous();
   if (bias.has_value()) result.add_(*bias);
@@ -166,14 +193,15 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
   return result;
 }
 
-template at::Tensor block_linear<false>(const at::Tensor&, const at::Tensor&, int64_t,
-                                        const c10::optional<at::Tensor>&,
-                                        const c10::optional<at::Tensor>&,
-                                        const c10::optional<at::Tensor>&, double, bool, int64_t, bool);
-template at::Tensor block_linear<true>(const at::Tensor&, const at::Tensor&, int64_t,
-                                       const c10::optional<at::Tensor>&,
-                                       const c10::optional<at::Tensor>&,
-                                       const c10::optional<at::Tensor>&, double, bool, int64_t, bool);
+#define ASTRAI_BLOCK_LINEAR(format)                                                          \
+  template at::Tensor block_linear<format>(                                                  \
+      const at::Tensor&, const at::Tensor&, int64_t, const c10::optional<at::Tensor>&,     \
+      const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&, double, bool, int64_t, \
+      bool);
+ASTRAI_BLOCK_LINEAR(Records::kQ4_1)
+ASTRAI_BLOCK_LINEAR(Records::kQ8_0)
+ASTRAI_BLOCK_LINEAR(Records::kQ5_0)
+#undef ASTRAI_BLOCK_LINEAR
 
 // Which instructions the block kernels run on here, for the startup log.
 std::string block_kernel_isa() {
@@ -200,12 +228,16 @@ TORCH_LIBRARY_FRAGMENT(astrai, m) {
   m.def(
       "q8_0_linear(Tensor x, Tensor weight, int out_features, Tensor? bias, Tensor? residual, "
       "Tensor? norm_weight, float eps, bool gated, int panel_rows, bool int8=False) -> Tensor");
+  m.def(
+      "q5_0_linear(Tensor x, Tensor weight, int out_features, Tensor? bias, Tensor? residual, "
+      "Tensor? norm_weight, float eps, bool gated, int panel_rows, bool int8=True) -> Tensor");
   m.def("block_kernel_isa() -> str", &block_kernel_isa);  // no tensors: one kernel for all
 }
 
 TORCH_LIBRARY_IMPL(astrai, CPU, m) {
-  m.impl("q4_1_linear", &block_linear<false>);
-  m.impl("q8_0_linear", &block_linear<true>);
+  m.impl("q4_1_linear", &block_linear<Records::kQ4_1>);
+  m.impl("q8_0_linear", &block_linear<Records::kQ8_0>);
+  m.impl("q5_0_linear", &block_linear<Records::kQ5_0>);
 }
 
 }  // namespace astrai
