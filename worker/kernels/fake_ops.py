@@ -23,6 +23,7 @@ def _linear(
 torch.library.register_fake("astrai::q4_1_linear")(_linear)
 torch.library.register_fake("astrai::q8_0_linear")(_linear)
 torch.library.register_fake("astrai::q5_0_linear")(_linear)
+torch.library.register_fake("astrai::q5_1_linear")(_linear)
 
 
 @torch.library.register_fake("astrai::silu_mul")

@@ -1,4 +1,4 @@
-"""Weight records for the native block kernels: GGUF's Q4_1, Q8_0 and Q5_0 codes, 8 columns a tile.
+"""Weight records for the native block kernels: GGUF's Q4_1, Q8_0, Q5_0 and Q5_1 codes by tile.
 
 csrc/quant_matmul.cpp documents the byte layout. Quantizing weights a Q4_1 (or Q8_0) file
 dequantized gives that file's codes and fp16 scales back exactly, so the kernels compute
@@ -93,11 +93,23 @@ class BlockRecords(NamedTuple):
 
 # GGUF's block of 32 values: fp16 d (and fp16 m for Q4_1, 32 high bits for Q5_0) followed by
 # the codes; the fields before the codes, in bytes, each moved column by column into a record.
-GGUF_BLOCK_BYTES = {"q4_1": 20, "q8_0": 34, "q5_0": 22}
-_HEADER_FIELDS = {"q4_1": (2, 2), "q8_0": (2,), "q5_0": (2, 4)}
+GGUF_BLOCK_BYTES = {"q4_1": 20, "q8_0": 34, "q5_0": 22, "q5_1": 24}
+_HEADER_FIELDS = {"q4_1": (2, 2), "q8_0": (2,), "q5_0": (2, 4), "q5_1": (2, 2, 4)}
+# The 5-bit types: where a block's 32 high bits start (after fp16 d, and m for Q5_1).
+HIGH_BITS_AT = {"q5_0": 2, "q5_1": 4}
 
 
-Q5_0_BLOCK_BYTES = 22  # fp16 d, 32 high bits, 16 bytes of low nibbles
+def five_bit_codes(blocks: torch.Tensor, block_format: str) -> torch.Tensor:
+    """(..., block bytes) uint8 blocks of a 5-bit type, as the file holds them → (..., 32)
+    int16 codes 0..31 (value i: bit i of the high bits over the nibble of byte i % 16)."""
+    at = HIGH_BITS_AT[block_format]
+    high_bits = blocks[..., at : at + 4].to(torch.int64)  # little-endian: bit i for value i
+    high = high_bits[..., 0] | high_bits[..., 1] << 8 | high_bits[..., 2] << 16
+    high = high | high_bits[..., 3] << 24
+    low = blocks[..., at + 4 :].to(torch.int16)  # value i: low nibble; i + 16: high nibble
+    nibbles = torch.cat([low & 0x0F, low >> 4], dim=-1)
+    bit = (high[..., None] >> torch.arange(32)) & 1
+    return nibbles | (bit << 4).to(torch.int16)
 
 
 def q8_0_blocks_from_q5_0(raw: torch.Tensor) -> torch.Tensor:
@@ -105,17 +117,12 @@ def q8_0_blocks_from_q5_0(raw: torch.Tensor) -> torch.Tensor:
     each 5-bit code q becomes the byte q - 16 beside the same fp16 d, so ggml's Q5_0 x Q8_0
     dot product (integer products of q - 16 and the 8-bit activations, times d) is exactly
     what the Q8_0 records compute."""
-    if raw.dtype != torch.uint8 or raw.dim() != 2 or raw.shape[1] % Q5_0_BLOCK_BYTES:
-        raise ValueError(f"q5_0 rows must be uint8 (out, k x {Q5_0_BLOCK_BYTES})")
+    size = GGUF_BLOCK_BYTES["q5_0"]
+    if raw.dtype != torch.uint8 or raw.dim() != 2 or raw.shape[1] % size:
+        raise ValueError(f"q5_0 rows must be uint8 (out, k x {size})")
     out_features = raw.shape[0]
-    blocks = raw.view(out_features, -1, Q5_0_BLOCK_BYTES)
-    high_bits = blocks[..., 2:6].to(torch.int64)  # little-endian 32 bits: bit j for value j
-    high = high_bits[..., 0] | high_bits[..., 1] << 8 | high_bits[..., 2] << 16
-    high = high | high_bits[..., 3] << 24
-    low = blocks[..., 6:22].to(torch.int16)  # value j: low nibble; value j + 16: high nibble
-    nibbles = torch.cat([low & 0x0F, low >> 4], dim=-1)  # (out, blocks, 32)
-    bit = (high[..., None] >> torch.arange(32)) & 1
-    codes = (nibbles | (bit << 4).to(torch.int16)) - 16
+    blocks = raw.view(out_features, -1, size)
+    codes = five_bit_codes(blocks, "q5_0") - 16
     q8 = torch.cat([blocks[..., 0:2], codes.to(torch.int8).view(torch.uint8)], dim=-1)
     return q8.reshape(out_features, -1).contiguous()
 
@@ -123,16 +130,17 @@ def q8_0_blocks_from_q5_0(raw: torch.Tensor) -> torch.Tensor:
 def records_from_gguf(raw: torch.Tensor, block_format: str) -> BlockRecords:
     """A GGUF tensor's rows (out, blocks x block bytes) as records, byte for byte.
 
-    Q4_1's and Q5_0's 16 code bytes hold values k and k + 16 in the low and high nibble of
-    byte k, which is the records' order already (Q5_0's 32 high bits move as one word per
-    column); Q8_0's 32 codes are one byte each.
+    Q4_1's, Q5_0's and Q5_1's 16 code bytes hold values k and k + 16 in the low and high
+    nibble of byte k, which is the records' order already (the 5-bit types' 32 high bits move
+    as one word per column, their bits reordered); Q8_0's 32 codes are one byte each.
     """
     block_bytes = GGUF_BLOCK_BYTES[block_format]
     if raw.dtype != torch.uint8 or raw.dim() != 2 or raw.shape[1] % block_bytes:
         raise ValueError(f"{block_format} rows must be uint8 (out, k x {block_bytes})")
     records = _rearranged(raw, block_format)
-    if block_format == "q5_0":
-        high = records[..., 2 * TILE : 6 * TILE].view(torch.int32)
+    if block_format in HIGH_BITS_AT:
+        at = HIGH_BITS_AT[block_format] * TILE
+        high = records[..., at : at + 4 * TILE].view(torch.int32)
         high.copy_(_moved_bits(high, _RECORD_HIGH_BITS))
     return BlockRecords(records, raw.shape[0])
 
@@ -148,9 +156,9 @@ def _bit_moves(position: Callable[[int], int]) -> torch.Tensor:
     return table
 
 
-# Q5_0's high bits: the file's bit i (code i) at bit 8 (i % 4) + i // 4 of a record's word,
-# where one shift lines up a group of four codes' bits with their bytes (csrc/q5_0_kernel.h);
-# and back.
+# A 5-bit type's high bits: the file's bit i (code i) at bit 8 (i % 4) + i // 4 of a record's
+# word, where one shift lines up a group of four codes' bits with their bytes
+# (csrc/q5_kernel.h); and back.
 _RECORD_HIGH_BITS = _bit_moves(lambda i: 8 * (i % 4) + i // 4)
 _FILE_HIGH_BITS = _bit_moves(lambda p: 4 * (p % 8) + p // 8)
 
@@ -164,12 +172,13 @@ def _moved_bits(words: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return moved.to(torch.int32)  # wraps bit 31 into the sign, as the bytes hold it
 
 
-def q5_0_rows_from_records(rows: torch.Tensor) -> torch.Tensor:
-    """Q5_0 rows (out, blocks x 22) gathered back out of records (gguf_rows_in_records): the
-    file's bytes again, high bits in the file's order."""
-    blocks = rows.reshape(rows.shape[0], -1, Q5_0_BLOCK_BYTES).clone()
-    high = blocks[..., 2:6].contiguous().view(torch.int32)
-    blocks[..., 2:6] = _moved_bits(high, _FILE_HIGH_BITS).view(torch.uint8)
+def five_bit_rows_from_records(rows: torch.Tensor, block_format: str) -> torch.Tensor:
+    """Q5_0 / Q5_1 rows (out, blocks x block bytes) gathered back out of records
+    (gguf_rows_in_records): the file's bytes again, high bits in the file's order."""
+    at = HIGH_BITS_AT[block_format]
+    blocks = rows.reshape(rows.shape[0], -1, GGUF_BLOCK_BYTES[block_format]).clone()
+    high = blocks[..., at : at + 4].contiguous().view(torch.int32)
+    blocks[..., at : at + 4] = _moved_bits(high, _FILE_HIGH_BITS).view(torch.uint8)
     return blocks.reshape(rows.shape)
 
 

@@ -1,4 +1,4 @@
-"""BlockLinear: a linear layer of GGUF-style block weights (Q4_1, Q8_0, Q5_0) in our kernels."""
+"""BlockLinear: a linear layer of GGUF-style block weights (Q4_1, Q8_0, Q5_*) in our kernels."""
 
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ class BlockLinear(nn.Module):
         self.bias = None if bias is None else bias.detach().float().contiguous()
         ops = torch.ops.astrai
         ops_by_format = {"q4_1": ops.q4_1_linear, "q8_0": ops.q8_0_linear}
-        ops_by_format["q5_0"] = ops.q5_0_linear  # read from a file's records, 8-bit only
+        # Read from a file's records, 8-bit activations only:
+        ops_by_format.update(q5_0=ops.q5_0_linear, q5_1=ops.q5_1_linear)
         self._op = ops_by_format[block_format].default
 
     def forward(

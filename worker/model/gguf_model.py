@@ -38,6 +38,7 @@ from worker.model.table_embedding import FloatEmbedding, RecordsEmbedding
 
 # Our own kernels for these GGUF types; ggml's for the other quantized ones.
 NATIVE_TYPES = {"Q4_1": "q4_1", "Q8_0": "q8_0"}
+FIVE_BIT_TYPES = ("Q5_0", "Q5_1")  # our kernels with 8-bit activations only
 # Each fused layer of ours and the checkpoint tensors it is made of, in order.
 FUSED = {
     "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -225,15 +226,13 @@ def _linear(
     int8 = int8_activations and int8_block_kernels_available()
     ours = native_kernels_available() and (int8 == int8_activations or not ggml_kernels_available())
     activations = "8-bit" if int8 else "float32"
-    if len(kinds) == 1 and (kind := next(iter(kinds))) in NATIVE_TYPES and ours:
+    kind = next(iter(kinds)) if len(kinds) == 1 else ""
+    if ours and (kind in NATIVE_TYPES or (kind in FIVE_BIT_TYPES and int8)):
         raw = quant[0].data if len(quant) == 1 else torch.cat([q.data for q in quant])
-        records = records_from_gguf(raw, NATIVE_TYPES[kind])
+        block_format = kind.lower()
         paths.add(kind, f"native {kind} kernel, {activations} activations", len(parts))
-        return BlockLinear(records, bias, NATIVE_TYPES[kind], plan.panel_rows, int8)
-    if kinds == {"Q5_0"} and ours and int8:
-        raw = quant[0].data if len(quant) == 1 else torch.cat([q.data for q in quant])
-        paths.add("Q5_0", "native Q5_0 kernel, 8-bit activations", len(parts))
-        return BlockLinear(records_from_gguf(raw, "q5_0"), bias, "q5_0", plan.panel_rows, True)
+        records = records_from_gguf(raw, block_format)
+        return BlockLinear(records, bias, block_format, plan.panel_rows, int8)
     if kinds <= {"Q5_0", "Q8_0"} and ours:
         # A layer of both (or float32 activations, which the Q5_0 kernel lacks): ggml's Q5_0
         # kernels take a call per row block and run at half our Q8_0 records' rate; the same

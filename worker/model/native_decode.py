@@ -119,7 +119,7 @@ class StackedLayers(NamedTuple):
 
 # csrc/decode_layers.cpp's PartKind.
 _Q4_1_RECORDS, _Q8_0_RECORDS, _GGML, _KQUANT_GEMV = range(4)
-_RECORDS_INT8 = {"q4_1": 4, "q8_0": 5, "q5_0": 6}
+_RECORDS_INT8 = {"q4_1": 4, "q8_0": 5, "q5_0": 6, "q5_1": 7}
 
 
 def stack_layers(model: NativeModel) -> StackedLayers | None:

@@ -9,18 +9,19 @@ from torch import nn
 from worker.kernels.layout import (
     BLOCK,
     GGUF_BLOCK_BYTES,
+    HIGH_BITS_AT,
     TILE,
+    five_bit_codes,
+    five_bit_rows_from_records,
     gguf_rows_in_records,
-    q5_0_rows_from_records,
-    q8_0_blocks_from_q5_0,
 )
 
 
 class RecordsEmbedding(nn.Module):
     """A tied table held once: the output layer's records (tiles, blocks, record bytes) are
     the only copy, and each looked-up row is gathered back into the file's blocks and
-    dequantized as ggml does (d x q for Q8_0, d x (q - 16) for Q5_0, d x q + m for Q4_1),
-    into float32."""
+    dequantized as ggml does (d x q for Q8_0, d x (q - 16) for Q5_0, d x q + m for Q4_1 and
+    Q5_1), into float32."""
 
     def __init__(self, records: torch.Tensor, block_format: str, num_embeddings: int) -> None:
         super().__init__()
@@ -39,11 +40,15 @@ class RecordsEmbedding(nn.Module):
         rows = tiles.gather(1, self._where.index_select(0, flat.remainder(TILE)))
         blocks = rows.view(flat.numel(), -1, self._block_bytes)  # as the file holds them
         scale = blocks[..., :2].view(torch.float16).float()  # (N, blocks, 1)
-        if self.block_format == "q5_0":  # its codes as Q8_0's, beside the same d
-            q8 = q8_0_blocks_from_q5_0(q5_0_rows_from_records(rows))
-            blocks = q8.view(flat.numel(), -1, GGUF_BLOCK_BYTES["q8_0"])
-        if self.block_format in ("q8_0", "q5_0"):
+        if self.block_format == "q8_0":
             values = blocks[..., 2:].view(torch.int8) * scale
+        elif self.block_format in HIGH_BITS_AT:  # Q5_0, Q5_1: their high bits reordered back
+            in_file = five_bit_rows_from_records(rows, self.block_format).view_as(blocks)
+            codes = five_bit_codes(in_file, self.block_format)
+            if self.block_format == "q5_0":
+                values = (codes - 16) * scale
+            else:
+                values = codes * scale + blocks[..., 2:4].view(torch.float16).float()
         else:  # q4_1: byte k holds value k in its low nibble, k + 16 in its high one
             codes = blocks[..., 4:]
             values = torch.cat([codes & 15, codes >> 4], dim=-1) * scale

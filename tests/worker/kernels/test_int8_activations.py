@@ -1,4 +1,4 @@
-"""The Q4_1, Q8_0 and Q5_0 block kernels on 8-bit activations: ggml's arithmetic on its bytes."""
+"""Our block kernels on 8-bit activations (Q4_1, Q8_0, Q5_0, Q5_1): ggml's arithmetic, its bytes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import torch.nn.functional as F
 from gguf import GGMLQuantizationType as T
 
 from tests.worker.native import needs_ggml, needs_native_kernels
-from worker.kernels.layout import q8_0_blocks_from_q5_0, records_from_gguf
+from worker.kernels.layout import (
+    GGUF_BLOCK_BYTES,
+    five_bit_codes,
+    q8_0_blocks_from_q5_0,
+    records_from_gguf,
+)
 from worker.model.block_linear import BlockLinear
 from worker.model.norm import RMSNorm
 
@@ -18,7 +23,7 @@ pytestmark = [needs_native_kernels, needs_ggml]
 # outputs of one tile and of several, and one that ends in a partial tile.
 ROWS = [1, 2, 3, 4, 5, 7, 8, 13, 64]
 SHAPES = [(8, 32), (40, 96), (64, 576), (20, 128)]
-KINDS = {"q4_1": T.Q4_1, "q8_0": T.Q8_0, "q5_0": T.Q5_0}
+KINDS = {"q4_1": T.Q4_1, "q8_0": T.Q8_0, "q5_0": T.Q5_0, "q5_1": T.Q5_1}
 
 
 def ggml():
@@ -58,32 +63,37 @@ def test_the_kernel_computes_what_ggml_computes_on_the_same_bytes(block_format, 
         assert (float_layer(x) - theirs).abs().max() > 20 * (ours - theirs).abs().max(), count
 
 
+@pytest.mark.parametrize("block_format", ["q5_0", "q5_1"])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_q5_0_records_compute_what_ggml_computes_on_the_file_s_bytes(shape):
-    """The file's 22-byte blocks, widened in registers: the same integer dot products as ggml's
-    Q5_0 x Q8_0 and, bit for bit, as our Q8_0 kernel on the codes widened in memory."""
+def test_5_bit_records_compute_what_ggml_computes_on_the_file_s_bytes(block_format, shape):
+    """The file's blocks (22 bytes for Q5_0, 24 for Q5_1), widened in registers: the same
+    integer dot products as ggml's Q5_0 x Q8_0 / Q5_1 x Q8_1; for Q5_0, bit for bit what our
+    Q8_0 kernel computes on the codes widened in memory."""
     out, k = shape
-    ours_layer, rows = layer("q5_0", out, k, seed=out + k, int8=True)
-    assert ours_layer.records.shape[2] == 176  # 22 bytes a block and column, as in the file
-    widened = records_from_gguf(q8_0_blocks_from_q5_0(rows), "q8_0")
-    q8_layer = BlockLinear(widened, None, "q8_0", 16, True)
-    codes = q8_0_blocks_from_q5_0(rows).view(out, -1, 34)[..., 2:].view(torch.int8)
-    assert codes.min() == -16 and codes.max() == 15  # both ends of the 5-bit range
+    ours_layer, rows = layer(block_format, out, k, seed=out + k, int8=True)
+    assert ours_layer.records.shape[2] == 8 * GGUF_BLOCK_BYTES[block_format]
+    codes = five_bit_codes(rows.view(out, k // 32, -1), block_format)
+    assert codes.min() == 0 and codes.max() == 31  # both ends of the 5-bit range
+    q8_layer = None
+    if block_format == "q5_0":
+        widened = records_from_gguf(q8_0_blocks_from_q5_0(rows), "q8_0")
+        q8_layer = BlockLinear(widened, None, "q8_0", 16, True)
     for count in ROWS:
         x = torch.randn(count, k, generator=torch.Generator().manual_seed(count))
-        ours, theirs = ours_layer(x), ggml_product(x, rows, "q5_0")
+        ours, theirs = ours_layer(x), ggml_product(x, rows, block_format)
         assert (ours - theirs).abs().max() <= 2e-6 * theirs.abs().max(), count
-        assert torch.equal(ours, q8_layer(x)), count
+        assert q8_layer is None or torch.equal(ours, q8_layer(x)), count
 
 
-def test_q5_0_records_refuse_float32_activations():
-    linear, _ = layer("q5_0", 8, 32, 0, int8=True)
+@pytest.mark.parametrize("block_format", ["q5_0", "q5_1"])
+def test_5_bit_records_refuse_float32_activations(block_format):
+    linear, _ = layer(block_format, 8, 32, 0, int8=True)
     linear.int8 = False
-    with pytest.raises(RuntimeError, match="Q5_0 records take 8-bit activations only"):
+    with pytest.raises(RuntimeError, match="Q5_0 and Q5_1 records take 8-bit activations only"):
         linear(torch.randn(1, 32))
 
 
-@pytest.mark.parametrize("block_format", ["q4_1", "q8_0", "q5_0"])
+@pytest.mark.parametrize("block_format", ["q4_1", "q8_0", "q5_0", "q5_1"])
 def test_norm_gate_bias_and_residual_are_fused_around_it(block_format):
     out, k, count = 48, 256, 6
     linear, rows = layer(block_format, out, k, seed=9, int8=True)

@@ -158,20 +158,21 @@ def test_a_tied_table_is_held_once_in_the_output_layers_records(tmp_path, monkey
 
 @needs_native_kernels
 @needs_ggml
-def test_a_tied_q5_0_table_is_held_once_as_the_files_blocks(tmp_path, monkeypatch):
-    """Under 8-bit activations a Q5_0 output layer keeps the file's 22-byte blocks, and the
+@pytest.mark.parametrize("kind", ["Q5_0", "Q5_1"])
+def test_a_tied_5_bit_table_is_held_once_as_the_files_blocks(tmp_path, monkeypatch, kind):
+    """Under 8-bit activations a Q5_0 or Q5_1 output layer keeps the file's blocks, and the
     embedding reads its rows back out of them."""
-    types = {f"{name}.weight": "Q5_0" for name in (*LINEARS, "token_embd")}
+    types = {f"{name}.weight": kind for name in (*LINEARS, "token_embd")}
     folder = gguf_folder(tmp_path, monkeypatch, "llama", types, tie_word_embeddings=True)
 
     model = load_model(folder, torch.float32, CPU, quantization="gguf", int8_activations=True)
     reference = load_model(folder, torch.float32, CPU)
 
     head, embedding = model._head, model.embed_tokens
-    assert isinstance(head, BlockLinear) and head.block_format == "q5_0"
+    assert isinstance(head, BlockLinear) and head.block_format == kind.lower()
     assert isinstance(embedding, RecordsEmbedding) and embedding.records is head.records
-    assert "Q5_0 x1 → rows read from the output layer's records" in model.weight_paths
-    assert "native Q5_0 kernel, 8-bit activations" in model.weight_paths
+    assert f"{kind} x1 → rows read from the output layer's records" in model.weight_paths
+    assert f"native {kind} kernel, 8-bit activations" in model.weight_paths
     ids = torch.tensor(random_tokens(32, seed=9))
     torch.testing.assert_close(embedding(ids), reference.embed_tokens(ids), atol=0, rtol=0)
     monkeypatch.setattr("worker.model.gguf_model.int8_block_kernels_available", lambda: False)

@@ -88,13 +88,14 @@ def test_prefill_and_half_precision_caches_take_the_reference_path(tmp_path):
     assert native_decode.handles(model, decode, cache.layers())
 
 
-# Layer 0 as llama-quantize's mixes write it (Q4_K woven beside Q6_K, Q5_0 in our records),
-# layer 1 in our block records too (Q4_1, and Q8_0 for the down projection).
+# Layer 0 as llama-quantize's mixes write it (Q4_K woven beside Q6_K; Q5_0 and Q5_1 in our
+# records, exact: as Q8_0 and on ggml's vec_dot), layer 1 in our records too (Q4_1, and Q8_0
+# for the down projection).
 MIXED_TYPES = {
     "blk.0.attn_q.weight": "Q4_K",
     "blk.0.attn_k.weight": "Q4_K",
     "blk.0.attn_v.weight": "Q6_K",
-    "blk.0.attn_output.weight": "Q5_0",
+    "blk.0.attn_output.weight": "Q5_1",
     "blk.0.ffn_gate.weight": "Q5_0",
     "blk.0.ffn_up.weight": "Q5_0",
     "blk.0.ffn_down.weight": "Q6_K",
@@ -117,6 +118,8 @@ def test_a_gguf_of_mixed_types_decodes_every_layer_in_one_call(arch, int8, tmp_p
     assert isinstance(model.layers[0].self_attn.qkv_proj, GgmlLinear)  # K-quants: ggml's
     gate_up = model.layers[0].mlp.gate_up_proj  # Q5_0: our records of its blocks (exact: as Q8_0)
     assert isinstance(gate_up, BlockLinear) and gate_up.int8 == int8
+    o_proj = model.layers[0].self_attn.o_proj  # Q5_1: our records (exact: ggml's)
+    assert isinstance(o_proj, BlockLinear if int8 else GgmlLinear)
     down = model.layers[1].mlp.down_proj
     assert isinstance(down, BlockLinear) and down.int8 == int8
     stack = model.stacked_layers

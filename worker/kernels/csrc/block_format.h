@@ -8,9 +8,10 @@
 //        nibble; w = d * code + m, code in 0..15.
 //   Q8_0 (272 bytes): fp16 d[8], then 8 groups g of 32 bytes: for each column c, a 32-bit word
 //        whose byte t is code 4g+t as int8; w = d * code, code in -127..127.
-//   Q5_0 (176 bytes): fp16 d[8], each column's 32 high bits (in the order q5_0_kernel.h
+//   Q5_0 (176 bytes): fp16 d[8], each column's 32 high bits (in the order q5_kernel.h
 //        reads), then Q4_1's 4 groups of low nibbles; w = d * (code - 16), code in 0..31
-//        (8-bit activations only: q5_0_kernel.h).
+//        (8-bit activations only: q5_kernel.h).
+//   Q5_1 (192 bytes): fp16 d[8], fp16 m[8], then as Q5_0; w = d * code + m.
 // Read as eight 32-bit lanes, a group yields by one mask (and for some inputs one shift) the
 // codes of one input for all 8 columns at once, still shifted left by the position of the
 // byte they sit in: 2^(8 (i % 4)) for Q4_1, 2^24 for Q8_0. The kernels undo that exactly, by
@@ -27,9 +28,10 @@ constexpr int64_t kTile = 8;  // output features per record
 constexpr int64_t kQ4Record = 160;
 constexpr int64_t kQ8Record = 272;
 constexpr int64_t kQ5Record = 176;
+constexpr int64_t kQ51Record = 192;
 
 // The record formats block_linear takes (ops.h).
-enum class Records { kQ4_1, kQ8_0, kQ5_0 };
+enum class Records { kQ4_1, kQ8_0, kQ5_0, kQ5_1 };
 
 template <bool kQ8>
 constexpr int64_t record_bytes() {
@@ -37,7 +39,18 @@ constexpr int64_t record_bytes() {
 }
 
 constexpr int64_t record_bytes(Records format) {
-  return format == Records::kQ4_1 ? kQ4Record : format == Records::kQ8_0 ? kQ8Record : kQ5Record;
+  switch (format) {
+    case Records::kQ4_1: return kQ4Record;
+    case Records::kQ8_0: return kQ8Record;
+    case Records::kQ5_0: return kQ5Record;
+    case Records::kQ5_1: return kQ51Record;
+  }
+  return 0;
+}
+
+// Formats the block kernels read only with 8-bit activations (no float32 kernels).
+constexpr bool int8_only(Records format) {
+  return format == Records::kQ5_0 || format == Records::kQ5_1;
 }
 
 #if defined(__AVX2__)

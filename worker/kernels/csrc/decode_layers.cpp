@@ -5,7 +5,7 @@
 // about 1.5 ms of interpreter and dispatch time on a 2-core AVX2 EPYC, a tenth of the step;
 // a GGUF whose layers take ggml's kernels (Q5_0, the K-quants) paid more, with the norms,
 // gates and residual adds as separate torch ops. The arithmetic is the per-layer operators',
-// called directly: our block kernels for Q4_1 / Q8_0 / Q5_0 records (norm, gate and residual fused),
+// called directly: our block kernels for Q4_1 / Q8_0 / Q5_0 / Q5_1 records (norm, gate and residual fused),
 // ggml's dot products (astrai_ggml::linear, through the dispatcher: it lives in the other
 // library) and our K-quant gemv for the rest.
 
@@ -42,6 +42,7 @@ enum class PartKind : int64_t {
   kQ4_1RecordsInt8 = 4,
   kQ8_0RecordsInt8 = 5,
   kQ5_0RecordsInt8 = 6,
+  kQ5_1RecordsInt8 = 7,
 };
 constexpr int64_t kPartFields = 5;  // linear index, kind, ggml type, out_features, woven
 constexpr int kLinearsPerLayer = 4;  // qkv, o, gate_up, down
@@ -57,7 +58,7 @@ using Linear = std::vector<Part>;
 bool is_records(PartKind kind) {
   return kind == PartKind::kQ4_1Records || kind == PartKind::kQ8_0Records ||
          kind == PartKind::kQ4_1RecordsInt8 || kind == PartKind::kQ8_0RecordsInt8 ||
-         kind == PartKind::kQ5_0RecordsInt8;
+         kind == PartKind::kQ5_0RecordsInt8 || kind == PartKind::kQ5_1RecordsInt8;
 }
 
 std::vector<Linear> read_linears(at::TensorList weights, at::IntArrayRef fields, size_t count) {
@@ -69,7 +70,7 @@ std::vector<Linear> read_linears(at::TensorList weights, at::IntArrayRef fields,
     const int64_t* f = fields.data() + kPartFields * i;
     TORCH_CHECK(f[0] >= last && f[0] < static_cast<int64_t>(count), "part ", i,
                 " names linear ", f[0], ": parts must come in the linears' order");
-    TORCH_CHECK(f[1] >= 0 && f[1] <= 6, "part ", i, " has unknown kind ", f[1]);
+    TORCH_CHECK(f[1] >= 0 && f[1] <= 7, "part ", i, " has unknown kind ", f[1]);
     last = f[0];
     linears[f[0]].push_back({weights[i], static_cast<PartKind>(f[1]), f[2], f[3], f[4]});
   }
@@ -113,7 +114,8 @@ at::Tensor apply(const Linear& linear, const at::Tensor& x, const c10::optional<
       norm.defined() ? c10::optional<at::Tensor>(norm) : c10::nullopt;
   const bool int8 = first.kind == PartKind::kQ4_1RecordsInt8 ||
                     first.kind == PartKind::kQ8_0RecordsInt8 ||
-                    first.kind == PartKind::kQ5_0RecordsInt8;
+                    first.kind == PartKind::kQ5_0RecordsInt8 ||
+                    first.kind == PartKind::kQ5_1RecordsInt8;
   auto records = [&](auto format) {
     return block_linear<decltype(format)::value>(x, first.weight, first.out_features, bias,
                                                  residual, norm_weight, eps, gated, panel_rows,
@@ -125,6 +127,8 @@ at::Tensor apply(const Linear& linear, const at::Tensor& x, const c10::optional<
     return records(std::integral_constant<Records, Records::kQ8_0>{});
   if (first.kind == PartKind::kQ5_0RecordsInt8)
     return records(std::integral_constant<Records, Records::kQ5_0>{});
+  if (first.kind == PartKind::kQ5_1RecordsInt8)
+    return records(std::integral_constant<Records, Records::kQ5_1>{});
   const at::Tensor in = prologue(x, norm, eps, gated);
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < linear.size();) {

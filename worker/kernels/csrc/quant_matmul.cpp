@@ -1,4 +1,4 @@
-// The block-quantized linear layer on the CPU: GGUF Q4_1, Q8_0 or Q5_0 weights times float32
+// The block-quantized linear layer on the CPU: GGUF Q4_1, Q8_0, Q5_0 or Q5_1 weights times float32
 // activations, with a decoder layer's RMSNorm, SwiGLU gate and residual add fused around it.
 //
 // Why: a decode step of a small model reads every weight once per token, and 4-bit weights are
@@ -8,7 +8,7 @@
 // -march=native on the machine that runs it (worker/kernels/build.py); the scalar branches
 // keep any other CPU correct.
 //
-// Q5_0 records run with 8-bit activations only (q5_0_kernel.h). Float32 activations: few rows go
+// Q5_0 and Q5_1 records run with 8-bit activations only (q5_kernel.h). Float32 activations: few rows go
 // through the direct kernel (direct_kernel.h), from `panel_rows` rows on through
 // the panel kernel (panel_kernel.h; on AMX, amx_panel_kernel.h); the probe
 // (worker/kernels/plan.py) measures where.
@@ -27,7 +27,7 @@
 #include "direct_kernel.h"
 #include "int8_kernel.h"
 #include "ops.h"
-#include "q5_0_kernel.h"
+#include "q5_kernel.h"
 #include "panel_matmul.h"
 #include "wide_direct_kernel.h"
 #include "parallel.h"
@@ -105,8 +105,8 @@ void int8_direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w,
       // for all the rows of a pass.
       auto pass = [&](auto rows_in_pass, int64_t r) {
         constexpr int R = decltype(rows_in_pass)::value;
-        if constexpr (kFormat == Records::kQ5_0) {
-          q5_0_tile<R>(records, blocks, rows, r, o, start, stride);
+        if constexpr (int8_only(kFormat)) {
+          five_bit_tile<kFormat == Records::kQ5_1, R>(records, blocks, rows, r, o, start, stride);
         } else {
           int8_tile<kFormat == Records::kQ8_0, R>(records, blocks, rows, r, o, start, stride);
         }
@@ -122,7 +122,7 @@ void int8_direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w,
 }
 
 // The kernel for these rows: 8-bit activations (every row count), else the panel kernel for
-// many rows or the direct kernel for few (float32 activations: not for Q5_0 records).
+// many rows or the direct kernel for few (float32 activations: not for Q5_0 / Q5_1 records).
 template <Records kFormat>
 void compute(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int64_t tiles,
              int64_t blocks, float* out, const float* init, bool int8, bool direct_path) {
@@ -131,7 +131,7 @@ void compute(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int
 #else
   TORCH_CHECK(!int8, "8-bit activations need AVX2");
 #endif
-  if constexpr (kFormat != Records::kQ5_0) {
+  if constexpr (!int8_only(kFormat)) {
     constexpr bool kQ8 = kFormat == Records::kQ8_0;
 #if defined(__AVX2__)
     if (!direct_path) {
@@ -159,7 +159,7 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
   const int64_t k = blocks * kBlock;
   TORCH_CHECK(weight.size(2) == record_bytes(kFormat), "weight records must be ",
               record_bytes(kFormat), " bytes");
-  TORCH_CHECK(int8 || kFormat != Records::kQ5_0, "Q5_0 records take 8-bit activations only");
+  TORCH_CHECK(int8 || !int8_only(kFormat), "Q5_0 and Q5_1 records take 8-bit activations only");
   TORCH_CHECK(x.size(1) == (gated ? 2 * k : k), "x has ", x.size(1), " columns, the weight takes ",
               k, gated ? " (times 2: gate and up)" : "");
   TORCH_CHECK(n <= tiles * kTile && n > (tiles - 1) * kTile,
@@ -201,6 +201,7 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
 ASTRAI_BLOCK_LINEAR(Records::kQ4_1)
 ASTRAI_BLOCK_LINEAR(Records::kQ8_0)
 ASTRAI_BLOCK_LINEAR(Records::kQ5_0)
+ASTRAI_BLOCK_LINEAR(Records::kQ5_1)
 #undef ASTRAI_BLOCK_LINEAR
 
 // Which instructions the block kernels run on here, for the startup log.
@@ -231,6 +232,9 @@ TORCH_LIBRARY_FRAGMENT(astrai, m) {
   m.def(
       "q5_0_linear(Tensor x, Tensor weight, int out_features, Tensor? bias, Tensor? residual, "
       "Tensor? norm_weight, float eps, bool gated, int panel_rows, bool int8=True) -> Tensor");
+  m.def(
+      "q5_1_linear(Tensor x, Tensor weight, int out_features, Tensor? bias, Tensor? residual, "
+      "Tensor? norm_weight, float eps, bool gated, int panel_rows, bool int8=True) -> Tensor");
   m.def("block_kernel_isa() -> str", &block_kernel_isa);  // no tensors: one kernel for all
 }
 
@@ -238,6 +242,7 @@ TORCH_LIBRARY_IMPL(astrai, CPU, m) {
   m.impl("q4_1_linear", &block_linear<Records::kQ4_1>);
   m.impl("q8_0_linear", &block_linear<Records::kQ8_0>);
   m.impl("q5_0_linear", &block_linear<Records::kQ5_0>);
+  m.impl("q5_1_linear", &block_linear<Records::kQ5_1>);
 }
 
 }  // namespace astrai
