@@ -108,8 +108,9 @@ def test_worker_memory_within_file_kv_and_runtime(measured: Measured) -> None:
     14 MiB below on the F16 one (the child's logits at every position): close enough that a
     server start per type (~8 s) would add no other figure. On a fresh cache, as in CI, each
     child also converts its file's tokenizer and the first one runs the kernel probe: on a
-    2-core Zen 4 every type held the rule by 54-89 MiB, F32 by 42 (docs/BENCHMARKS.md,
-    "Worker memory at load"): a tied table is held once, each tensor copied into a kernel's
+    2-core Zen 4 every type held the rule by 54-89 MiB, F32 by 42 (docs/bench/HISTORY.md,
+    "Worker memory at load: the first start of a file, and a busy CPU (fourteenth session,
+    2026-12-02)"): a tied table is held once, each tensor copied into a kernel's
     layout has its file pages handed back as soon as it is copied (worker/model/gguf_model.py),
     and the probe's, the tokenizer conversion's and the load's freed buffers go back too."""
     ours, mib = measured.ours, 2**20

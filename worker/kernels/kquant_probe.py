@@ -5,7 +5,8 @@ ggml's kernels for Q4_K and Q6_K quantize the activations to 8 bits and multiply
 ours (csrc/kquant_matmul.cpp) unpack each block once per panel and multiply float32 (bf16
 tiles on AMX). Which wins at a given number of rows depends on the CPU's instructions: with
 AMX the panels win from a few rows on, without it ggml's VNNI gemm holds its own for Q4_K
-(docs/BENCHMARKS.md, K-quant panel kernels). So it is timed, not assumed.
+(docs/bench/HISTORY.md, "K-quant panel kernels (eleventh session, 2026-12-02)"). So it is
+timed, not assumed.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ def mkldnn_linear_supports(dtype: torch.dtype) -> bool:
 
 # From this many rows on, a bf16 layer on the CPU multiplies in float32 when it keeps a
 # float32 copy: below, reading half the bytes wins (memory bound); above, this CPU's
-# float32 FMA throughput is about twice its bf16 one (compute bound, docs/BENCHMARKS.md).
+# float32 FMA throughput is about twice its bf16 one (compute bound; docs/bench/HISTORY.md,
+# "Goals, and where we stand").
 FLOAT32_FROM_ROWS = 16
 
 

@@ -61,7 +61,8 @@ class LlamaModel(nn.Module):
     def build_rope_tables(self, device: torch.device | None = None) -> None:
         """The RoPE tables on `device` (default: the CPU): computed, never loaded, and always
         float32. Computed on the CPU even while the model is built on the meta device, whose
-        ops go through torch._refs and import torch._dynamo (docs/BENCHMARKS.md, Start)."""
+        ops go through torch._refs and import torch._dynamo (docs/bench/HISTORY.md, "Start (tenth
+        session, 2026-12-02, same Xeon)")."""
         for local in (False, True):
             if local and self.config.local_rope_theta is None:
                 continue

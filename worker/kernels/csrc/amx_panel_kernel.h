@@ -10,11 +10,13 @@
 // sums in float32. A plain bf16 matmul (the activations rounded to 8 bits) cut the float32
 // model's top-1 agreement; with two parts the default model's logits stay within 1.2e-3 of
 // float32's (of ~41) and its top-1 agreement at 100%. A third part (all 24 bits, 9e-5) cost
-// 17% more time at 256 rows (docs/BENCHMARKS.md).
+// 17% more time at 256 rows (docs/bench/HISTORY.md, "What changed, each measured (seventh
+// session of 2026-12-01, same Xeon)").
 //
 // Why it pays: one tile product is 16 x 16 x 32 multiply-adds in ~16 cycles, 16 times the FMA
 // units' rate on the same core, so two of them plus the float32 scaling per block still
-// leave the float32 panel kernel far behind (measured in docs/BENCHMARKS.md).
+// leave the float32 panel kernel far behind (measured in docs/bench/HISTORY.md, "The block
+// matmuls on AMX tiles (fifth session of 2026-12-01, same Xeon)").
 //
 // Compiled in where -march=native has AMX-TILE, AMX-BF16 and AVX512-BF16; used once Linux has
 // granted this process the tile state (amx_ready).

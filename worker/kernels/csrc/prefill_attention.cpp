@@ -30,8 +30,9 @@ namespace {
 #if defined(__AVX512F__)
 // The vector the kernel is written in, and its micro-kernels' shapes: as many accumulators
 // as the 32 registers hold beside the loads. (An AVX2 form, 6 x 16 scores and 4 x 16 values
-// on 16 registers, lost to torch's kernel on long contexts: docs/BENCHMARKS.md, "The native
-// causal prefill attention"; AVX2 CPUs keep torch's.)
+// on 16 registers, lost to torch's kernel on long contexts: docs/bench/HISTORY.md, "The native
+// causal prefill attention (twentieth session, 2026-12-03, AMD EPYC Zen 4)"; AVX2 CPUs keep
+// torch's.)
 struct Vec {
   using T = __m512;
   static constexpr int64_t kLanes = 16;
