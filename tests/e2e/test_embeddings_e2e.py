@@ -1,8 +1,9 @@
 """/v1/embeddings through `astrai serve`: real processes, real HTTP, the official openai SDK.
 
-The model is a tiny random Qwen3 saved as Qwen3-Embedding ships (tests/worker/
-embedding_model.py: last-token pooling, normalized); the served vectors are the in-process
-engine's, in floats and in base64, and what the model cannot embed is OpenAI's 400."""
+The model is a tiny random Qwen3 in a sentence-transformers folder (tests/worker/
+embedding_model.py: last-token pooling, normalized, as Qwen3-Embedding); the served vectors
+are the in-process engine's, in floats and in base64, and what the model cannot embed is
+OpenAI's 400."""
 
 from __future__ import annotations
 

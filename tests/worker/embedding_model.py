@@ -1,6 +1,6 @@
-"""Test helper: a tiny random-weight Qwen3 embedding model, saved as Qwen3-Embedding ships
-(transformers' base model, sentence-transformers' pooling files), and transformers' own
-pooled embeddings of it, the reference ours are held to."""
+"""Test helper: a tiny random-weight Qwen3 embedding model, saved as sentence-transformers
+saves a decoder embedder such as Qwen3-Embedding (transformers' base model, the pooling
+files), and transformers' own pooled embeddings of it, the reference ours are held to."""
 
 from __future__ import annotations
 

@@ -103,9 +103,10 @@ def _read_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
 
 
 def _as_causal_lm(hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A base model's tensors (transformers' AutoModel saves them: embedding models such as
-    Qwen3-Embedding ship so) named as a causal LM's; without an output layer of its own, the
-    embedding table stands in for it (an embedding model's logits are never read)."""
+    """A base model's tensors (as transformers' AutoModel saves them, which is how
+    sentence-transformers saves a decoder embedder) named as a causal LM's; without an output
+    layer of its own, the embedding table stands in for it (an embedding's logits are never
+    read)."""
     if any(name.startswith("model.") for name in hf) or "embed_tokens.weight" not in hf:
         return hf
     named = {f"model.{name}": tensor for name, tensor in hf.items() if name != "lm_head.weight"}

@@ -1,4 +1,4 @@
-"""Embeddings through the engine on a random-weight Qwen3 saved as Qwen3-Embedding ships:
+"""Embeddings through the engine on a random-weight Qwen3 sentence-transformers folder:
 our pooled vectors equal transformers' own last hidden state pooled the same way, in chunks
 smaller than the inputs, beside generations, from the prefix cache, with no page kept."""
 

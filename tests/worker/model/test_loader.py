@@ -92,7 +92,8 @@ def test_single_file_folder_loads_the_transformers_weights(arch, tmp_path):
 @pytest.mark.parametrize("tied", [True, False])
 def test_a_base_models_checkpoint_loads_as_its_causal_lms(tied, tmp_path):
     """transformers' AutoModel saves names without `model.` and no output layer (as
-    Qwen3-Embedding ships): the same weights, and the embedding table as the output layer."""
+    sentence-transformers saves a decoder embedder): the same weights, and the embedding
+    table as the output layer."""
     hf = hf_model("qwen3", tie_word_embeddings=tied)
     hf.model.save_pretrained(tmp_path, safe_serialization=True)
     assert "embed_tokens.weight" in load_file(tmp_path / "model.safetensors")
