@@ -32,7 +32,6 @@ class EmbeddingsResponseBuilder(OpenAIStreamBuilder):
 
     name = "embeddings"
     id_prefix = "embd-"
-    chunk_object = "embedding"
 
     def parse(self, body: Any) -> ChatRequest:
         embeddings = EmbeddingsBody.parse(body)

@@ -14,12 +14,12 @@ from worker.model.pooling import Pooling
 
 @dataclass(eq=False)
 class PooledRows:
-    """Invariant: `total` pools the final-norm rows of positions [0, num_rows) of the input
-    (mean: their sum; cls: row 0; last: the last row, once computed).
+    """Invariant: for mean pooling, `total` is the sum of the final-norm rows of positions
+    [0, num_rows) of the input; for cls and last, the one row they take, once computed.
 
-    A chunk's rows are added in order of position; rows at positions already pooled (a
-    preempted sequence computing its input again from the start) are skipped, so a
-    recomputation never counts a row twice.
+    A mean's chunks come in order of position from token 0 (such a sequence takes no
+    prefix-cache hit); rows at positions already pooled (a preempted sequence computing its
+    input again from the start) are skipped, so a recomputation never counts a row twice.
     """
 
     pooling: Pooling
@@ -38,10 +38,11 @@ class PooledRows:
 
     def add(self, start: int, rows: torch.Tensor) -> None:
         """The rows (R, hidden) a chunk starting at position `start` kept (`hidden`'s)."""
-        if self.pooling is not Pooling.MEAN:
-            self.total = rows[-1].float()
+        if self.pooling is not Pooling.MEAN:  # a copy: not a view keeping the step's rows
+            self.total = rows[-1].float().clone()
             return
-        fresh = rows[max(0, self.num_rows - start) :].float()
+        assert start <= self.num_rows, "a mean's rows come from token 0 on, without gaps"
+        fresh = rows[self.num_rows - start :].float()
         if fresh.shape[0]:
             self.total = fresh.sum(0) if self.total is None else self.total + fresh.sum(0)
             self.num_rows = start + rows.shape[0]

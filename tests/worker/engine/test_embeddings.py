@@ -18,9 +18,11 @@ from tests.worker.embedding_model import (
     reference_embedding,
     reference_model,
 )
+from tests.worker.model_factory import hf_model, random_tokens, write_gguf
 from worker.engine.inference_engine import InferenceEngine
 from worker.engine.sequence import TokenEvent
 from worker.errors import RequestError
+from worker.model.pooling import ModelPooling, Pooling
 
 pytestmark = pytest.mark.slow
 TOL = 1e-4
@@ -160,3 +162,18 @@ def test_a_chat_model_has_no_pooling_unless_served_with_one(tiny_model_dir: Path
     with engine(tiny_model_dir, pooling="mean") as pooled:
         [vector] = pooled.embed(["hello"])
     assert vector.shape == (64,) and vector.norm().item() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_a_gguf_stating_last_token_pooling_embeds_in_its_own_codes(
+    tmp_path: Path, shared_cache: Path
+):
+    hf = hf_model("qwen3", tie_word_embeddings=True)
+    gguf = write_gguf(hf, tmp_path / "embed.F32.gguf", pooling_type=3)  # ggml's LAST
+    inputs = [random_tokens(5, seed=1), random_tokens(40, seed=2)]
+    with engine(gguf) as running:
+        assert running.quantization == "gguf"
+        assert running.embeddings.pooling == ModelPooling(Pooling.LAST, True, "qwen3.pooling_type")
+        vectors = running.embed(inputs)
+    for tokens, vector in zip(inputs, vectors, strict=True):
+        expected = reference_embedding(hf.model, tokens, "last")
+        assert (vector - expected).abs().max().item() < TOL
