@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from common.embedding import EmbedSettings
 from common.errors import RejectCode
 from common.sampling_params import SamplingParams
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
@@ -14,7 +15,9 @@ from common.worker_stats import WorkerStats
 # positional lists and maps; finish reasons and reject codes are checked against their enums.
 # 4: Submit and Tokenize carry SamplingParams as a checked struct, rebuilt on arrival.
 # 5: WorkerStats ends with `gateways` and `gateway_failures` (a worker may serve several).
-PROTOCOL_VERSION = 5
+# 6: Submit.embed asks for embeddings (a worker of 5 would generate text instead), Finished
+# carries the vector, and WorkerStats counts `total_embeddings`.
+PROTOCOL_VERSION = 6
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,8 @@ class Finished(Message):
     # Prompt tokens it computed into the prefix cache for later prompts (Anthropic's
     # cache_creation_input_tokens).
     cache_written_tokens: int = 0
+    # An embedded prompt's vector (common/embedding.py: float32 little-endian), with its end.
+    embedding: bytes | None = None
 
 
 # -- gateway → worker ------------------------------------------------------------------------
@@ -139,6 +144,8 @@ class Submit(Message):
     prompts: list[str | list[int]] | None = None
     # Each choice first gets a Tokens message with its prompt's text and no token ids.
     echo: bool = False
+    # Embed each of `prompts` instead (one choice each, ended by a Finished with its vector).
+    embed: EmbedSettings | None = None
 
 
 @dataclass(frozen=True)

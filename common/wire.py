@@ -8,7 +8,7 @@ struct (SamplingParams, with to_wire and from_wire) is the map of the fields it 
 rebuilt on arrival by its own rules: a request they refuse is a WireRefusal, which the
 receiver answers with Rejected instead of dropping it. A text enum
 (FinishReason, RejectCode) crosses as its value. Decoding checks every value against its
-annotation (int, float, str, bool, None, list, tuple, dict, unions, enums and structs,
+annotation (int, float, str, bool, bytes, None, list, tuple, dict, unions, enums and structs,
 recursively; a bool is never an int) and builds the enums and structs; nothing is pickled.
 """
 

@@ -55,6 +55,10 @@ def _is_none(value: Any) -> bool:
     return value is None
 
 
+def _is_bytes(value: Any) -> bool:
+    return isinstance(value, bytes)
+
+
 # Annotations whose values are taken as they are, once checked.
 _SCALARS: dict[Any, Callable[[Any], bool]] = {
     int: _is_int,
@@ -62,6 +66,7 @@ _SCALARS: dict[Any, Callable[[Any], bool]] = {
     str: _is_str,
     bool: _is_bool,
     type(None): _is_none,
+    bytes: _is_bytes,  # msgpack's bin type (use_bin_type on both sides)
 }
 
 

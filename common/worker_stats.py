@@ -93,6 +93,11 @@ class WorkerStats:
         "Gateways a worker lost to silence, dialed without an answer, or could not resolve.",
         StatKind.COUNTER,
     )
+    total_embeddings: int = stat(
+        "Inputs a worker embedded (/v1/embeddings); their tokens count in prefill_tokens.",
+        StatKind.COUNTER,
+        summed=True,
+    )
 
     def as_dict(self) -> dict[str, int | float]:
         """Every stat by name, in field order: a /stats worker entry's figures."""

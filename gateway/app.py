@@ -27,6 +27,7 @@ from gateway.prometheus import render_prometheus
 from gateway.protocols.anthropic import AnthropicResponseBuilder
 from gateway.protocols.base import ResponseBuilder
 from gateway.protocols.completions import CompletionsResponseBuilder
+from gateway.protocols.embeddings import EmbeddingsResponseBuilder
 from gateway.protocols.openai import OpenAIResponseBuilder
 from gateway.protocols.responses import IGNORED_TOOLS_HEADER, ResponsesResponseBuilder
 from gateway.registry import WorkerRegistry
@@ -83,6 +84,7 @@ class Gateway:
             config.responses_store_entries, config.responses_store_mb * 1024 * 1024
         )
         self.responses = self._handler(ResponsesResponseBuilder(store))
+        self.embeddings = self._handler(EmbeddingsResponseBuilder())
 
     def _handler(self, builder: ResponseBuilder) -> ProtocolHandler:
         return ProtocolHandler(builder, self.services, lambda: self.draining)
@@ -181,6 +183,7 @@ class Gateway:
             Route("/v1/completions", self._protected(self.completions), methods=["POST"]),
             Route("/v1/messages", self._protected(self.anthropic), methods=["POST"]),
             Route("/v1/responses", self._protected(self.responses), methods=["POST"]),
+            Route("/v1/embeddings", self._protected(self.embeddings), methods=["POST"]),
             Route(
                 "/v1/responses/{response_id}",
                 self._protected(self.responses, get_response),

@@ -31,6 +31,7 @@ class ChoiceEnd:
     finish_reason: FinishReason
     stop: str | int | None
     completion_tokens: int
+    embedding: bytes | None = None  # an embedded input's vector
 
     def as_choice(self) -> ChoiceResult:
         """What a builder's `stream_choice_end` reads: the ending, not the text."""

@@ -222,7 +222,11 @@ class RequestLifecycle:
                     state.cache_written_tokens += message.cache_written_tokens
                 delivered = True
                 yield ChoiceEnd(
-                    message.index, message.finish_reason, message.stop, message.completion_tokens
+                    message.index,
+                    message.finish_reason,
+                    message.stop,
+                    message.completion_tokens,
+                    message.embedding,
                 )
 
     def _accepted(self) -> tuple[StreamState, RequestChannel]:

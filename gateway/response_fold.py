@@ -36,6 +36,7 @@ def add_event(result: ChatResult, event: RequestEvent) -> None:
         choice.finish_reason = event.finish_reason
         choice.stop = event.stop
         choice.completion_tokens = event.completion_tokens
+        choice.embedding = event.embedding
     elif isinstance(event, Failed):
         raise event.error
 

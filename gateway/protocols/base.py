@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.embedding import EmbedSettings
 from common.sampling_params import SamplingParams
 from common.schemas import Submit
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
@@ -33,6 +34,8 @@ class ChatRequest:
     echo: bool = False  # each choice's text starts with its prompt's text
     # Fields the protocol's answer carries as they are (Anthropic's context_management).
     response_fields: dict[str, Any] = field(default_factory=dict)
+    # An embeddings request: each of `prompts` is embedded instead of continued.
+    embed: EmbedSettings | None = None
 
     @property
     def n(self) -> int:
@@ -45,7 +48,9 @@ class ChatRequest:
     def submit(self, request_id: str) -> Submit:
         """The wire message that asks a worker for this request."""
         if self.prompts is not None:
-            return Submit(request_id, self.params, prompts=self.prompts, echo=self.echo)
+            return Submit(
+                request_id, self.params, prompts=self.prompts, echo=self.echo, embed=self.embed
+            )
         return Submit(request_id, self.params, messages=self.messages)
 
     @property
@@ -79,6 +84,7 @@ class ChoiceResult:
     completion_tokens: int = 0
     tool_calls: list[ToolCall] = field(default_factory=list)
     reasoning: str = ""  # a reasoning model's thoughts, apart from `text`
+    embedding: bytes | None = None  # an embedded input's vector (common/embedding.py)
 
     def add_tool_call_parts(self, parts: list[ToolCallDelta]) -> None:
         for part in parts:

@@ -13,7 +13,7 @@ from gateway.protocols.openai_fields import Bool, OpenAISampling, PositiveCount,
 MAX_LOGPROBS = 5  # OpenAI's limit for the integer `logprobs`
 
 
-def _prompts(value: Any) -> list[str | list[int]]:
+def prompt_list(value: Any) -> list[str | list[int]]:
     """A string, an array of strings, an array of token ids, or an array of arrays of token
     ids; each string or id array is one prompt."""
     if isinstance(value, str):
@@ -44,7 +44,7 @@ class CompletionsBody(OpenAISampling):
 
     unsupported: ClassVar[Unsupported] = {"suffix": is_null}  # OpenAI's insert mode
 
-    prompt: Annotated[list[str | list[int]], PlainValidator(_prompts), Required]
+    prompt: Annotated[list[str | list[int]], PlainValidator(prompt_list), Required]
     max_tokens: PositiveCount | None = None
     logprobs: Annotated[int, integer(0, MAX_LOGPROBS)] | None = None
     echo: Bool | None = None

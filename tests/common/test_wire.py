@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.embedding import EmbedSettings, pack_vector
 from common.errors import RejectCode
 from common.sampling_params import SamplingParams
 from common.schemas import (
@@ -79,6 +80,9 @@ EXAMPLES = [
     ),
     Submit("req-2", SamplingParams(), prompt="raw text"),
     Submit("req-3", SamplingParams(n=2), prompts=["raw text", [1, 2, 3]], echo=True),
+    EMBED := Submit("embd-1", SamplingParams(), prompts=["a", [1, 2]], embed=EmbedSettings(8)),
+    Submit("embd-2", SamplingParams(), prompts=["a"], embed=EmbedSettings()),
+    VECTOR := Finished("embd-1", 1, FinishReason.STOP, 2, 0, 0, embedding=pack_vector([0.5, -1])),
     Abort("req-1"),
     Tokenize(
         "tok-1",
@@ -150,6 +154,13 @@ def test_a_struct_crosses_as_the_list_of_its_fields():
     assert body["t"] == "tokens" and body["v"] == PROTOCOL_VERSION
     finished = msgpack.unpackb(encode(CALLS_END))
     assert finished["finish_reason"] == "tool_calls"
+
+
+def test_an_embedding_request_and_its_vector_cross_compactly():
+    """Submit.embed is the list of its fields; a vector is one msgpack bin of float32s."""
+    assert msgpack.unpackb(encode(EMBED))["embed"] == [8]
+    raw = msgpack.unpackb(encode(VECTOR), raw=False)["embedding"]
+    assert raw == b"\x00\x00\x00\x3f\x00\x00\x80\xbf"  # 0.5 and -1.0, little-endian
 
 
 def test_every_message_type_has_an_example():
@@ -272,6 +283,19 @@ def tokens_with(**fields) -> bytes:
                 "stats": {"total_tasks": 1},
             }
         ),  # stats are a list
+        frame(
+            {
+                "t": "finished",
+                "v": PROTOCOL_VERSION,
+                "request_id": "r",
+                "index": 0,
+                "finish_reason": "stop",
+                "prompt_tokens": 1,
+                "completion_tokens": 0,
+                "cached_tokens": 0,
+                "embedding": [0.5, -1.0],
+            }
+        ),  # a vector is bytes
     ],
 )
 def test_malformed_structs_and_enums_are_wire_errors(raw: bytes):

@@ -36,6 +36,7 @@ STATS_KEYS = (
     "accepted_draft_tokens",
     "gateways",
     "gateway_failures",
+    "total_embeddings",
 )
 
 
@@ -61,6 +62,7 @@ def test_what_metrics_exports_and_what_stats_totals():
         "draft_tokens",
         "accepted_draft_tokens",
         "gateway_failures",
+        "total_embeddings",
     ]
     assert [name for name, _ in stats_of_kind(StatKind.GAUGE)] == [
         "active_tasks",
@@ -72,5 +74,11 @@ def test_what_metrics_exports_and_what_stats_totals():
         "kv_disk_bytes",
         "gateways",
     ]
-    assert SUMMED_STATS == ("total_tasks", "total_tokens", "active_tasks", "waiting_queue")
+    assert SUMMED_STATS == (
+        "total_tasks",
+        "total_tokens",
+        "active_tasks",
+        "waiting_queue",
+        "total_embeddings",
+    )
     assert all(help_text for _, help_text in stats_of_kind(StatKind.COUNTER))

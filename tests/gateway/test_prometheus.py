@@ -80,6 +80,7 @@ def test_every_worker_figure_keeps_its_metric_name():
         "astrai_worker_kv_pages_free": "gauge",
         "astrai_worker_gateways": "gauge",
         "astrai_worker_gateway_failures": "counter",
+        "astrai_worker_embeddings": "counter",
     }
 
 

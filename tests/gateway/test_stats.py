@@ -14,7 +14,9 @@ def test_stats_sums_over_workers_and_lists_each_ones_figures():
     for worker_id in ("w1", "w0", "w2"):
         register(registry, worker_id)
     registry.heartbeat(beat("w0"), now=0.0)  # WorkerStats(total_tasks=1)
-    figures = WorkerStats(total_tasks=4, total_tokens=9, active_tasks=2, grammar_mask_seconds=0.5)
+    figures = WorkerStats(
+        total_tasks=4, total_tokens=9, active_tasks=2, grammar_mask_seconds=0.5, total_embeddings=3
+    )
     registry.heartbeat(replace(beat("w1"), stats=figures), now=0.0)
     stats = aggregate_stats(registry)  # w2 has sent no heartbeat
     assert {key: stats[key] for key in SUMMED_STATS} == {
@@ -22,6 +24,7 @@ def test_stats_sums_over_workers_and_lists_each_ones_figures():
         "total_tokens": 9,
         "active_tasks": 2,
         "waiting_queue": 0,
+        "total_embeddings": 3,
     }
     assert stats["num_workers"] == 3
     w0, w1, w2 = stats["workers"]

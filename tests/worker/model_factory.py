@@ -431,13 +431,19 @@ def _quantize(data: np.ndarray, kind: str) -> np.ndarray:
         return torch.ops.astrai_ggml.quantize(torch.from_numpy(data), int(qtype)).numpy()
 
 
-def write_gguf(model: PreTrainedModel, path: Path, types: dict[str, str] | None = None) -> Path:
+def write_gguf(
+    model: PreTrainedModel,
+    path: Path,
+    types: dict[str, str] | None = None,
+    pooling_type: int | None = None,
+) -> Path:
     """A GGUF of `model` laid out as llama.cpp writes one, with a byte-level tokenizer.
 
     `types` maps a GGUF tensor's name, or the part after `blk.N.` (`attn_q.weight`), to a
-    ggml type name its 2-D weights are quantized to (F32 otherwise).
+    ggml type name its 2-D weights are quantized to (F32 otherwise). `pooling_type`: ggml's
+    enum (gguf.PoolingType), as a converter writes it for an embedding model.
     """
-    from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType
+    from gguf import GGMLQuantizationType, GGUFWriter, PoolingType, RopeScalingType
 
     config = model.config
     arch = {"gemma3_text": "gemma3"}.get(config.model_type, config.model_type)
@@ -491,6 +497,8 @@ def write_gguf(model: PreTrainedModel, path: Path, types: dict[str, str] | None 
     writer.add_token_merges([])
     writer.add_bos_token_id(config.bos_token_id)
     writer.add_eos_token_id(config.eos_token_id)
+    if pooling_type is not None:
+        writer.add_pooling_type(PoolingType(pooling_type))
     if gemma:  # transformers reads a Gemma file's vocabulary as SentencePiece's, with <unk>
         writer.add_unk_token_id(0)
     state = model.state_dict()

@@ -17,6 +17,8 @@ from common.worker_stats import WorkerStats
 from worker.engine.cache_factory import build_cache
 from worker.engine.compiled_decode import CompiledDecode
 from worker.engine.decode_cost_cache import cached_decode_cost, model_identity
+from worker.engine.embedding_api import EmbeddingAPI
+from worker.engine.embedding_requests import EmbeddingRequests
 from worker.engine.generation_api import GenerationAPI
 from worker.engine.inference_scheduler import InferenceScheduler
 from worker.engine.kv_identity import kv_identity
@@ -33,6 +35,7 @@ from worker.machine.heap import release_freed_heap
 from worker.model.config import with_context
 from worker.model.loader import load_config, load_model
 from worker.model.model_dir import resolve_model_dir
+from worker.model.pooling_files import model_pooling
 from worker.model.precision import DTYPES
 from worker.text.chat_template import read_template_file
 from worker.text.tokenizer import Tokenizer
@@ -42,9 +45,9 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 log = logging.getLogger(__name__)
 
 
-class InferenceEngine(GenerationAPI):
+class InferenceEngine(GenerationAPI, EmbeddingAPI):
     """Loads a model (the embedded default when none is given) and serves it in-process;
-    `generate` and `generate_async` come from GenerationAPI."""
+    `generate` and `generate_async` come from GenerationAPI, `embed` from EmbeddingAPI."""
 
     def __init__(self, model: str | Path | None = None, **options: Any) -> None:
         self.options = EngineOptions(**options)
@@ -135,6 +138,11 @@ class InferenceEngine(GenerationAPI):
         )
         self.max_model_len = min(context, self.cache.max_tokens_per_seq)
         self.requests = RequestFactory(self.tokenizer, self.max_model_len, config.vocab_size)
+        pooling = model_pooling(self.model_dir, opts.pooling)
+        log.info("embeddings: %s", pooling.describe())
+        self.embeddings = EmbeddingRequests(
+            self.requests, pooling, config.hidden_size, self.model_name
+        )
         compiled = CompiledDecode(self.model) if opts.compile else None
         runner = ModelRunner(self.model, self.cache, compiled, choices.attention == "flex")
         if compiled is not None:
@@ -276,6 +284,7 @@ class InferenceEngine(GenerationAPI):
             grammar_masked_rows=self.scheduler.sampler.grammar_masks.masked_rows,
             draft_tokens=counters.draft_tokens,
             accepted_draft_tokens=counters.accepted_draft_tokens,
+            total_embeddings=counters.embeddings,
         )
 
     def shutdown(self) -> None:

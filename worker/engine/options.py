@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from common.cli_options import option
 from common.model_names import check_served_name
 from worker.machine.cpu_info import has_int8_dot_product
+from worker.model.pooling import POOLING_CHOICES
 from worker.model.quantizations import WEIGHT_FORMS
 from worker.text.reasoning_format import PARSER_CHOICES
 
@@ -173,6 +174,18 @@ class EngineOptions:
         ),
     )
 
+    # How /v1/embeddings pools the final hidden states (worker/model/pooling_files.py):
+    # default, what the model's files state (sentence-transformers, a GGUF's pooling_type).
+    pooling: str | None = field(
+        default=None,
+        metadata=option(
+            "pooling for /v1/embeddings, over what the model's files state: last (the last "
+            "token's final hidden state), mean or cls (the first token's); default: the "
+            "files' (sentence-transformers modules.json, a GGUF's pooling_type), else none",
+            choices=POOLING_CHOICES,
+        ),
+    )
+
     # Read by the worker at start (worker.text.chat_template.read_template_file).
     chat_template: str | None = field(
         default=None,
@@ -188,6 +201,10 @@ class EngineOptions:
             object.__setattr__(self, "served_model_name", (self.served_model_name,))
         for name in self.served_model_name:
             check_served_name(name)
+        if self.pooling not in (None, *POOLING_CHOICES):
+            raise ValueError(
+                f"pooling must be None or one of {POOLING_CHOICES}, got {self.pooling!r}"
+            )
         if self.kv_cache not in KV_CACHE_KINDS:
             raise ValueError(f"kv_cache must be one of {KV_CACHE_KINDS}, got {self.kv_cache!r}")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:

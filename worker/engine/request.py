@@ -75,6 +75,11 @@ class RequestFactory:
         with self._lock:
             return f"req-{next(self._request_ids)}"
 
+    def new_seq_ids(self, count: int) -> list[int]:
+        """Ids for `count` new sequences, unique in this engine (any thread)."""
+        with self._lock:
+            return [next(self._seq_ids) for _ in range(count)]
+
     def prompt_token_ids(
         self, prompt: Prompt, chat: bool = True, params: SamplingParams | None = None
     ) -> list[int]:
@@ -193,8 +198,7 @@ class RequestFactory:
         self.check_in_vocab(params.stop_token_ids, "stop_token_ids", "stop_token_ids")
         # One matcher per choice; the grammar is compiled once (and cached across requests).
         matchers = [self.grammars.matcher(params) for _ in range(params.n)]
-        with self._lock:
-            seq_ids = [next(self._seq_ids) for _ in range(params.n)]
+        seq_ids = self.new_seq_ids(params.n)
         tags = self.tokenizer.reasoning_tags if chat else None
         tail = self._prompt_tail(prompt_ids) if tags is not None else ""
         return [

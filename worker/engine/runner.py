@@ -5,15 +5,33 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 import torch
 
 from worker.engine.compiled_decode import CompiledDecode
 from worker.kv.base import KVCache
 from worker.model.batch import ForwardBatch
-from worker.model.llama import LlamaModel
+from worker.model.llama import LlamaModel, ModelOutput
 from worker.model.paged_attention import plan_in_place
 from worker.model.shared_prefix import SharedPrefix, find_shared_prefixes
+
+
+class HiddenRows(Enum):
+    """Which of a chunk's rows come back as the final norm's output (an embedding pools them)."""
+
+    NONE = "none"
+    FIRST = "first"
+    LAST = "last"
+    ALL = "all"
+
+    def rows(self, length: int) -> range:
+        """The rows, within a chunk of `length` tokens."""
+        if self is HiddenRows.ALL:
+            return range(length)
+        if self is HiddenRows.FIRST:
+            return range(1)
+        return range(length - 1, length) if self is HiddenRows.LAST else range(0)
 
 
 @dataclass(frozen=True)
@@ -25,6 +43,11 @@ class Chunk:
     token_ids: Sequence[int]
     wants_logits: bool  # the chunk ends the sequence's known tokens: sample after it
     all_logits: bool = False  # every token's logits (a prompt's own logprobs), in order
+    hidden: HiddenRows = HiddenRows.NONE  # rows whose final-norm output it keeps
+
+    @property
+    def hidden_rows(self) -> range:
+        return self.hidden.rows(len(self.token_ids))
 
     @property
     def end(self) -> int:
@@ -64,9 +87,14 @@ class ModelRunner:
         )
 
     @torch.inference_mode()
-    def forward(self, chunks: Sequence[Chunk]) -> torch.Tensor:
-        """(S, vocab) float32 logits: each chunk's `num_logit_rows` rows, in chunk order."""
-        return self.forward_batch(*self.build_batch(chunks))
+    def forward(self, chunks: Sequence[Chunk]) -> ModelOutput:
+        """(S, vocab) float32 logits: each chunk's `num_logit_rows` rows, in chunk order; and
+        where a chunk keeps `hidden_rows`, their final-norm output, in chunk order."""
+        input_ids, batch = self.build_batch(chunks)
+        if batch.hidden_index is None:
+            return ModelOutput(self.forward_batch(input_ids, batch), None)
+        batch = self.with_attention_plan(batch)  # not compiled: that graph returns logits
+        return self.model.outputs(input_ids, batch, self.cache.layer_views())
 
     @torch.inference_mode()
     def forward_batch(self, input_ids: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
@@ -178,6 +206,7 @@ class ModelRunner:
             dtype=torch.int64,
         )
         input_ids = torch.tensor([t for c in chunks for t in c.token_ids])
+        hidden_index = _hidden_index(chunks, offsets[:-1].tolist())
         device = self.device
         batch = ForwardBatch(
             positions=positions.to(device),
@@ -190,6 +219,7 @@ class ModelRunner:
             seq_lengths=None if query_len == 1 else tuple(zip(lengths, ends, strict=True)),
             shared_prefixes=shared_prefixes,
             window_mask=None if window_mask is None else window_mask[:, None].to(device),
+            hidden_index=None if hidden_index is None else hidden_index.to(device),
         )
         if self.in_place_attention:
             batch = self._planned(batch, lengths, ends)
@@ -210,6 +240,7 @@ class ModelRunner:
         if self.layer_window is not None:
             window_mask = mask & (key_pos[None, :] > positions[:, None] - self.layer_window)
         wanted = [i for i, c in enumerate(chunks) if c.num_logit_rows]
+        hidden_index = _hidden_index(chunks, range(len(chunks)))
         device = self.device
         batch = ForwardBatch(
             positions=positions.to(device),
@@ -220,7 +251,15 @@ class ModelRunner:
             logits_index=torch.tensor(wanted, dtype=torch.long).to(device),
             max_query_len=1,
             window_mask=None if window_mask is None else window_mask[:, None, None, :].to(device),
+            hidden_index=None if hidden_index is None else hidden_index.to(device),
         )
         if self.in_place_attention:
             batch = self._planned(batch, [1] * len(chunks), [s + 1 for s in starts])
         return torch.tensor([c.token_ids[0] for c in chunks]).to(device), batch
+
+
+def _hidden_index(chunks: Sequence[Chunk], first_rows: Sequence[int]) -> torch.Tensor | None:
+    """The packed rows whose final-norm output the chunks keep (chunk i's rows start at
+    first_rows[i]), or None when none does."""
+    rows = [first + r for c, first in zip(chunks, first_rows, strict=True) for r in c.hidden_rows]
+    return torch.tensor(rows, dtype=torch.int64) if rows else None

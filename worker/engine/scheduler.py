@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import deque
+
+import torch
 
 from common.token_output import FinishReason
 from worker.engine.drafting import Drafter
 from worker.engine.output_processor import OutputProcessor
 from worker.engine.request_status import RequestStatus
-from worker.engine.runner import Chunk
+from worker.engine.runner import Chunk, HiddenRows
 from worker.engine.scheduler_config import SchedulerConfig, SchedulerCounters
 from worker.engine.scheduler_inbox import Delivery
 from worker.engine.sequence import Sequence, TokenEvent
@@ -127,9 +130,7 @@ class Scheduler:
         """Admit in arrival order while slots and pages allow; the head waits otherwise."""
         while self.waiting and len(self.running) < self.config.max_seqs:
             seq = self.waiting[0]
-            admission = self.cache.admit(
-                seq.seq_id, seq.token_ids, reuse_prefix=not seq.records_prompt_logprobs
-            )
+            admission = self.cache.admit(seq.seq_id, seq.token_ids, seq.reuses_prefix)
             if admission is None:
                 return
             self.waiting.popleft()
@@ -188,13 +189,15 @@ class Scheduler:
             seq.num_computed = start
             end = min(len(seq.token_ids), start + budget)
             self.cache.plan(seq.seq_id, start, end)
+            pooled, length = seq.embedding, len(seq.token_ids)
             chunks.append(
                 Chunk(
                     seq.seq_id,
                     start,
                     seq.token_ids[start:end],
-                    wants_logits=end == len(seq.token_ids),
+                    wants_logits=end == length and pooled is None,  # an embedding samples none
                     all_logits=seq.records_prompt_logprobs,
+                    hidden=HiddenRows.NONE if pooled is None else pooled.hidden(start, end, length),
                 )
             )
             seqs.append(seq)
@@ -220,6 +223,7 @@ class Scheduler:
         for seq in plan.decodes:
             seq.num_computed = len(seq.token_ids)
             self.cache.commit(seq.seq_id, seq.token_ids, seq.num_computed)
+        events += self._pool(plan, output.hidden or (None,) * len(plan.prompts))
         if not plan.has_drafts:
             events += self._append(list(plan.samples), output.sampled)
         else:
@@ -249,6 +253,23 @@ class Scheduler:
                 self.cache.release(seq.seq_id)
                 self.counters.finished_tasks += 1
             events.append((seq, event))
+        return events
+
+    def _pool(self, plan: StepPlan, hidden: tuple[torch.Tensor | None, ...]) -> Events:
+        """Each embedding's kept rows pooled; one whose input is all computed ends with its
+        vector, its pages given back before the event, as a finished choice's are."""
+        events: Events = []
+        for seq, chunk, rows in zip(plan.prompts, plan.prompt_chunks, hidden, strict=True):
+            if seq.embedding is None:
+                continue
+            if rows is not None:
+                seq.embedding.add(chunk.start, rows)
+            if chunk.end == len(seq.token_ids):
+                seq.finish(FinishReason.STOP)
+                self.cache.release(seq.seq_id)
+                self.counters.embeddings += 1
+                end = self.finish_event(seq)
+                events.append((seq, dataclasses.replace(end, embedding=seq.embedding.vector())))
         return events
 
     def finish_event(self, seq: Sequence, error: str | None = None) -> TokenEvent:

@@ -37,3 +37,4 @@ class SchedulerCounters:
     finished_tasks: int = 0
     draft_tokens: int = 0  # tokens drafted and verified (speculative decoding)
     accepted_draft_tokens: int = 0  # of those, kept
+    embeddings: int = 0  # inputs embedded (their tokens count in prefill_tokens)

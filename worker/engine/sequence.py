@@ -11,7 +11,9 @@ import torch
 
 from common.sampling_params import SamplingParams
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
+from worker.engine.embedding import PooledRows
 from worker.engine.request_status import TRANSITIONS, RequestStatus
+from worker.model.pooling import Pooling
 from worker.text.reasoning_parser import ReasoningParser
 from worker.text.stop_strings import StopStringMatcher
 from worker.text.tokenizer import IncrementalDetokenizer
@@ -48,6 +50,8 @@ class TokenEvent:
     # With the first token, when asked for: each prompt token's logprob (the first's None).
     prompt_logprobs: tuple[TokenLogprob, ...] | None = None
     reasoning: str = ""  # new reasoning text (a reasoning model's thoughts; not in `text`)
+    # An embedded input's vector (float32, CPU), on its only event.
+    embedding: torch.Tensor | None = None
 
 
 EventSink = Callable[[TokenEvent], None]
@@ -99,6 +103,17 @@ class Sequence:
     # The prompt's own logprobs so far, position by position (the first's logprob None),
     # when params.prompt_logprobs asks for them.
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
+    # An embedding: its prompt is computed, pooled, and it ends with the vector, sampling none.
+    embedding: PooledRows | None = None
+
+    @property
+    def reuses_prefix(self) -> bool:
+        """Its admission may take cached prefix pages: not where every prompt row has to be
+        computed for what it returns (its prompt's logprobs, an embedding's mean or first
+        row; a last-token embedding computes its last row whatever the cache holds)."""
+        if self.records_prompt_logprobs:
+            return False
+        return self.embedding is None or self.embedding.pooling is Pooling.LAST
 
     @property
     def records_prompt_logprobs(self) -> bool:

@@ -19,15 +19,16 @@ class StepExecutor:
         decode, the token after its last; the drafter samples on from `decode_logits`)."""
         if not plan.chunks:
             return EMPTY_OUTPUT
-        logits = self.runner.forward(plan.chunks)
+        logits, hidden = self.runner.forward(plan.chunks)
         prompt_logits: tuple[torch.Tensor | None, ...] = ()
         if any(c.all_logits for c in plan.prompt_chunks):
             prompt_logits, logits = split_prompt_logits(plan.prompt_chunks, logits)
+        pooled = () if hidden is None else split_hidden(plan.prompt_chunks, hidden)
         if plan.has_drafts:
             index = torch.tensor(plan.first_rows(), device=logits.device)
             sampled = self.sampler.sample(plan.samples, logits.index_select(0, index))
-            return StepOutput(sampled, prompt_logits, logits)
-        return StepOutput(self.sampler.sample(plan.samples, logits), prompt_logits)
+            return StepOutput(sampled, prompt_logits, logits, pooled)
+        return StepOutput(self.sampler.sample(plan.samples, logits), prompt_logits, None, pooled)
 
 
 def split_prompt_logits(
@@ -47,3 +48,17 @@ def split_prompt_logits(
     keep.extend(range(row, logits.shape[0]))
     index = torch.tensor(keep, dtype=torch.int64, device=logits.device)
     return tuple(kept), logits.index_select(0, index)
+
+
+def split_hidden(
+    chunks: tuple[Chunk, ...], hidden: torch.Tensor
+) -> tuple[torch.Tensor | None, ...]:
+    """Each prompt chunk's final-norm rows (its `hidden_rows`, in order), else None; decode
+    rows keep none."""
+    kept: list[torch.Tensor | None] = []
+    row = 0
+    for chunk in chunks:
+        n = len(chunk.hidden_rows)
+        kept.append(hidden[row : row + n] if n else None)
+        row += n
+    return tuple(kept)

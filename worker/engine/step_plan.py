@@ -71,12 +71,14 @@ class StepOutput:
     `sampled` has one token per `plan.samples` (for drafted decodes: the one after its last
     token). `prompt_logits` has each prompt chunk's rows where it asked for every row's logits
     (a prompt's own logprobs), else None. `decode_logits` keeps every decode row's logits when
-    drafts were fed: the drafter samples the rows its kept drafts earn from them.
+    drafts were fed: the drafter samples the rows its kept drafts earn from them. `hidden`
+    has each prompt chunk's final-norm rows where it kept any (an embedding's), else None.
     """
 
     sampled: SampleOutput
     prompt_logits: tuple[torch.Tensor | None, ...] = ()
     decode_logits: torch.Tensor | None = None
+    hidden: tuple[torch.Tensor | None, ...] = ()
 
     @staticmethod
     def of_tokens(token_ids: list[int]) -> StepOutput:

@@ -48,6 +48,8 @@ class ForwardBatch:
     # For a model whose sliding layers sit among full ones (Gemma): `mask` with the sliding
     # window applied too, read by the sliding layers; None for every other model.
     window_mask: torch.Tensor | None = None
+    # (H,) packed rows whose final-norm output is wanted too (embeddings pool it); None: none.
+    hidden_index: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:

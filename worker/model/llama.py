@@ -4,7 +4,7 @@ blocks, packed logits."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import cast
+from typing import NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +23,18 @@ from worker.model.norm import RMSNorm
 from worker.model.packing import LINEAR_PATHS, block_linear, check_quantization, pack_linear
 from worker.model.rope import rope_tables
 from worker.model.sandwich_block import SandwichBlock
+
+
+class ModelOutput(NamedTuple):
+    logits: torch.Tensor  # (S, vocab) float32: the rows of batch.logits_index
+    hidden: torch.Tensor | None  # (H, hidden) float32: the final norm's, of batch.hidden_index
+
+
+def _rows(x: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+    """The rows of `x` whose logits the batch wants; all of them means every row, in order."""
+    if batch.logits_index.shape[0] == x.shape[0]:
+        return x
+    return x.index_select(0, batch.logits_index)
 
 
 class LlamaModel(nn.Module):
@@ -99,8 +111,33 @@ class LlamaModel(nn.Module):
         kv_layers: Sequence[LayerKV],
     ) -> torch.Tensor:
         """Logits (S, vocab) in float32 for the rows in `batch.logits_index`."""
+        return self._logits(_rows(self.layers_output(input_ids, batch, kv_layers), batch))
+
+    def outputs(
+        self, input_ids: torch.Tensor, batch: ForwardBatch, kv_layers: Sequence[LayerKV]
+    ) -> ModelOutput:
+        """forward's logits, and the final norm's output of the rows in `batch.hidden_index`
+        (the hidden states an embedding pools), both from one pass through the layers."""
+        x = self.layers_output(input_ids, batch, kv_layers)
+        hidden = None
+        if batch.hidden_index is not None:
+            hidden = self.final_norm(x.index_select(0, batch.hidden_index))
+        if not batch.logits_index.numel():  # embeddings alone: no output layer to run
+            return ModelOutput(x.new_empty((0, self.config.vocab_size)), hidden)
+        return ModelOutput(self._logits(_rows(x, batch)), hidden)
+
+    def final_norm(self, x: torch.Tensor) -> torch.Tensor:
+        """(H, hidden) float32: the final RMSNorm of residual rows, computed in float32 (the
+        output layer's input; what transformers' base model returns as last_hidden_state)."""
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.norm.eps)
+        return self.norm.weight.float() * normed
+
+    def layers_output(
+        self, input_ids: torch.Tensor, batch: ForwardBatch, kv_layers: Sequence[LayerKV]
+    ) -> torch.Tensor:
+        """(N, hidden) float32: every row's residual stream after the last layer."""
         if native_decode.handles(self, batch, kv_layers):
-            return native_decode.forward(self, input_ids, batch, kv_layers)
+            return native_decode.layers_output(self, input_ids, batch, kv_layers)
         # The residual stream stays float32 whatever the weights' dtype: 30 layers of bf16
         # rounding in it cost several points of top-1 agreement with the float32 model.
         x = self.embed(input_ids)  # (N, hidden)
@@ -116,7 +153,7 @@ class LlamaModel(nn.Module):
                 if fused
                 else layer(x, cos, sin, batch, kv)
             )
-        return self._logits(x.index_select(0, batch.logits_index))
+        return x
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(N, hidden) float32 embeddings, scaled where the model scales them (Gemma)."""

@@ -65,7 +65,7 @@ def load_model(
         model = LlamaModel(config).to(dtype=dtype)
     materialize(model, device)  # a tied embedding and head stay one parameter
     model.build_rope_tables(device)
-    state = _read_safetensors(model_dir)
+    state = _as_causal_lm(_read_safetensors(model_dir))
     ours = _fill(model, config, state)
     if pack:
         head = None
@@ -100,6 +100,18 @@ def _read_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
             for name in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
                 state[name] = handle.get_tensor(name)
     return state
+
+
+def _as_causal_lm(hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A base model's tensors (as transformers' AutoModel saves them, which is how
+    sentence-transformers saves a decoder embedder) named as a causal LM's; without an output
+    layer of its own, the embedding table stands in for it (an embedding's logits are never
+    read)."""
+    if any(name.startswith("model.") for name in hf) or "embed_tokens.weight" not in hf:
+        return hf
+    named = {f"model.{name}": tensor for name, tensor in hf.items() if name != "lm_head.weight"}
+    named["lm_head.weight"] = hf.get("lm_head.weight", hf["embed_tokens.weight"])
+    return named
 
 
 def _to_our_names(config: ModelConfig, hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

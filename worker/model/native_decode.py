@@ -40,8 +40,6 @@ class NativeModel(Protocol):
     @property
     def blocks(self) -> Sequence[Block]: ...
 
-    def _logits(self, x: torch.Tensor) -> torch.Tensor: ...
-
 
 def handles(model: NativeModel, batch: ForwardBatch, kv_layers: Sequence[LayerKV]) -> bool:
     return (
@@ -53,10 +51,11 @@ def handles(model: NativeModel, batch: ForwardBatch, kv_layers: Sequence[LayerKV
     )
 
 
-def forward(
+def layers_output(
     model: NativeModel, input_ids: torch.Tensor, batch: ForwardBatch, kv_layers: Sequence[LayerKV]
 ) -> torch.Tensor:
-    """Logits (S, vocab) float32 for the rows in `batch.logits_index`, as LlamaModel.forward."""
+    """(B, hidden) float32: every row's residual stream after the last layer, before the
+    final norm, as LlamaModel.layers_output computes it."""
     x = model.embed_tokens(input_ids)  # (B, hidden) float32
     rope = (model.rope_cos, model.rope_sin)
     stack = model.stacked_layers
@@ -83,9 +82,7 @@ def forward(
     else:
         for layer, kv in zip(model.blocks, kv_layers, strict=True):
             x = _block(layer, x, batch, kv, rope)
-    if batch.logits_index.shape[0] != x.shape[0]:  # all rows wanted means every row, in order
-        x = x.index_select(0, batch.logits_index)
-    return model._logits(x)
+    return x
 
 
 def _linears(model: NativeModel) -> list[tuple[nn.Module, ...]]:

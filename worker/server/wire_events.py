@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from common.embedding import pack_vector
 from common.schemas import Finished, Message, Tokens
 from worker.engine.sequence import TokenEvent
 
@@ -36,6 +37,9 @@ def to_wire(event: TokenEvent) -> list[Message]:
                 cache_written_tokens=usage.cache_written_tokens if usage else 0,
                 stop=event.stop,
                 error=event.error,
+                embedding=None
+                if event.embedding is None
+                else pack_vector(event.embedding.tolist()),
             )
         )
     return messages

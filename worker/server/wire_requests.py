@@ -21,7 +21,12 @@ def submit(engine: InferenceEngine, message: Submit, sink: EventSink) -> list[Me
     request_id = message.request_id
     try:
         params = message.params
-        if message.prompts is not None:
+        if message.embed is not None:  # Submit.embed always comes with prompts, the inputs
+            counts = engine.submit_embeddings(
+                message.prompts or [], sink, request_id, message.embed
+            )
+            prompt_tokens = sum(counts)
+        elif message.prompts is not None:
             prompt_ids = engine.submit_prompts(message.prompts, params, sink, request_id)
             prompt_tokens = sum(len(ids) for ids in prompt_ids)
         else:

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import torch
 
+from common.embedding import EmbedSettings
 from common.sampling_params import SamplingParams
 from tests.worker.stack_factory import tokenizer_for
+from worker.engine.embedding_requests import EmbeddingRequests
 from worker.engine.output_processor import OutputProcessor
 from worker.engine.request import RequestFactory
+from worker.engine.runner import Chunk
 from worker.engine.scheduler import Scheduler
 from worker.engine.scheduler_config import SchedulerConfig
 from worker.engine.scheduler_inbox import Delivery
@@ -20,6 +23,7 @@ from worker.engine.step_plan import StepOutput, StepPlan
 from worker.engine.token_sampler import TokenSampler
 from worker.kv.base import KVStorage
 from worker.kv.paged import PageCache
+from worker.model.pooling import ModelPooling, Pooling
 from worker.sampling.sampler import SampleOutput
 
 
@@ -41,7 +45,7 @@ class PlanBench:
     cache: PageCache
     requests: RequestFactory
     sampler: ScriptedSampler
-    events: list[TokenEvent] = field(default_factory=list)
+    events: list[TokenEvent] = field(default_factory=list)  # every one update made, in order
     arrived: list[list[Sequence]] = field(default_factory=list)
     aborts: set[str] = field(default_factory=set)
 
@@ -51,14 +55,34 @@ class PlanBench:
         self.arrived.append(choices)
         return choices
 
+    def embed(
+        self,
+        inputs: list[list[int]],
+        request_id: str,
+        pooling: Pooling,
+        normalize: bool = False,
+        dimensions: int | None = None,
+    ) -> list[Sequence]:
+        """Embeddings of `inputs` for a model of hidden size HIDDEN that pools so."""
+        intake = EmbeddingRequests(self.requests, ModelPooling(pooling, normalize), HIDDEN, "m")
+        settings = EmbedSettings(dimensions)
+        sequences = intake.build(request_id, inputs, settings, self.events.append)
+        self.arrived.append(sequences)
+        return sequences
+
     def schedule(self) -> StepPlan:
         delivery = Delivery(self.arrived, self.aborts, False)
         self.arrived, self.aborts = [], set()
         return self.scheduler.schedule(delivery)
 
     def update(self, plan: StepPlan, *token_ids: int) -> list[TokenEvent]:
-        """What the plan's samples drew: `token_ids`, one per plan.samples."""
-        return [e for _, e in self.scheduler.update(plan, StepOutput.of_tokens(list(token_ids)))]
+        """What the plan's samples drew: `token_ids`, one per plan.samples; each prompt
+        chunk's kept final-norm rows are `position_rows`."""
+        sampled = StepOutput.of_tokens(list(token_ids)).sampled
+        output = StepOutput(sampled, hidden=tuple(position_rows(c) for c in plan.prompt_chunks))
+        events = [e for _, e in self.scheduler.update(plan, output)]
+        self.events += events
+        return events
 
     def step(self, *token_ids: int) -> StepPlan:
         plan = self.schedule()
@@ -91,3 +115,17 @@ def plan_bench(
 
 def ids(seqs: SequenceABC[Sequence]) -> list[int]:
     return [s.seq_id for s in seqs]
+
+
+HIDDEN = 4  # the hidden size of the model embeddings pretend to come from
+
+
+def position_row(position: int) -> list[float]:
+    """The final-norm row a test's model gives position `position`: what pools it, exactly."""
+    return [float(position), 1.0, 0.0, -float(position)]
+
+
+def position_rows(chunk: Chunk) -> torch.Tensor | None:
+    """A chunk's kept rows (`hidden_rows`), each its position's `position_row`; None: none."""
+    rows = [position_row(chunk.start + r) for r in chunk.hidden_rows]
+    return torch.tensor(rows) if rows else None

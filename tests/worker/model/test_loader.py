@@ -89,6 +89,24 @@ def test_single_file_folder_loads_the_transformers_weights(arch, tmp_path):
     assert not ours.training
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_base_models_checkpoint_loads_as_its_causal_lms(tied, tmp_path):
+    """transformers' AutoModel saves names without `model.` and no output layer (as
+    sentence-transformers saves a decoder embedder): the same weights, and the embedding
+    table as the output layer."""
+    hf = hf_model("qwen3", tie_word_embeddings=tied)
+    hf.model.save_pretrained(tmp_path, safe_serialization=True)
+    assert "embed_tokens.weight" in load_file(tmp_path / "model.safetensors")
+
+    ours = load_model(tmp_path, torch.float32, CPU, pack=False)
+
+    expected = expected_state(hf)
+    expected["lm_head.weight"] = hf.model.embed_tokens.weight
+    actual = ours.state_dict()
+    assert sorted(actual) == sorted(expected)
+    assert all(torch.equal(actual[name], tensor) for name, tensor in expected.items())
+
+
 def test_fused_qkv_is_q_then_k_then_v(tmp_path):
     hf = hf_model("qwen2")  # 4 heads, 2 kv heads, with q/k/v biases
     ours = load_model(save_hf(hf, tmp_path), torch.float32, CPU, pack=False)

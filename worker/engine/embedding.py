@@ -1,0 +1,59 @@
+"""PooledRows: what an embedding sequence keeps of its prompt chunks' final hidden states,
+and the vector they make once its whole input is computed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from worker.engine.runner import HiddenRows
+from worker.model.pooling import Pooling
+
+
+@dataclass(eq=False)
+class PooledRows:
+    """Invariant: for mean pooling, `total` is the sum of the final-norm rows of positions
+    [0, num_rows) of the input; for cls and last, the one row they take, once computed.
+
+    A mean's chunks come in order of position from token 0 (such a sequence takes no
+    prefix-cache hit); rows at positions already pooled (a preempted sequence computing its
+    input again from the start) are skipped, so a recomputation never counts a row twice.
+    """
+
+    pooling: Pooling
+    normalize: bool  # scale the vector to unit length (L2)
+    dimensions: int | None = None  # keep this many components, then scale to unit length
+    total: torch.Tensor | None = None  # (hidden,) float32
+    num_rows: int = 0
+
+    def hidden(self, start: int, end: int, length: int) -> HiddenRows:
+        """The rows the chunk of positions [start, end) of an input of `length` keeps."""
+        if self.pooling is Pooling.MEAN:
+            return HiddenRows.ALL
+        if self.pooling is Pooling.CLS:
+            return HiddenRows.FIRST if start == 0 else HiddenRows.NONE
+        return HiddenRows.LAST if end == length else HiddenRows.NONE
+
+    def add(self, start: int, rows: torch.Tensor) -> None:
+        """The rows (R, hidden) a chunk starting at position `start` kept (`hidden`'s)."""
+        if self.pooling is not Pooling.MEAN:  # a copy: not a view keeping the step's rows
+            self.total = rows[-1].float().clone()
+            return
+        assert start <= self.num_rows, "a mean's rows come from token 0 on, without gaps"
+        fresh = rows[self.num_rows - start :].float()
+        if fresh.shape[0]:
+            self.total = fresh.sum(0) if self.total is None else self.total + fresh.sum(0)
+            self.num_rows = start + rows.shape[0]
+
+    def vector(self) -> torch.Tensor:
+        """(dimensions or hidden,) float32 on the CPU: the input's embedding."""
+        if self.total is None:
+            raise RuntimeError("no row of this input was pooled")
+        vector = self.total / self.num_rows if self.pooling is Pooling.MEAN else self.total
+        if self.dimensions is not None:
+            vector = vector[: self.dimensions]
+        if self.normalize or self.dimensions is not None:
+            vector = F.normalize(vector, dim=0)
+        return vector.cpu()
