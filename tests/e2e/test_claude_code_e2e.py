@@ -2,9 +2,10 @@
 its built-in `claude-*` names mapped onto it): the real binary's one- and two-turn sessions,
 and a session forced to call a tool whose result comes back.
 
-Every session runs in one home folder with the same default model, so their prompts share
-the ~12.6k-token prefix (system prompt, tools) and only the first is prefilled cold: on a
-busy 2-core CPU that takes minutes.
+Every session runs in one home folder with the same default model and asks the same thing
+first, so their prompts share the ~12.6k-token prefix (system prompt, tools, and the first
+user turn, where Claude Code puts ~2.5k tokens of its environment after the user's own words)
+and only the first is prefilled cold: on a busy 2-core CPU that takes minutes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ pytestmark = pytest.mark.slow  # real processes (`astrai serve`, claude)
 MODEL = "SmolLM2-135M-Instruct"
 CONTEXT = 32768
 CLAUDE_TIMEOUT_S = 900.0  # a cold ~12.6k-token prefill on a busy 2-core CPU: minutes
+# Every session's first words: a prompt that asks for a tool suits the forced call as well as
+# the plain sessions, whose answers are text either way.
+PROMPT = "Read the file notes.txt"
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +74,7 @@ def claude(server: Server | ForcingProxy, home: Path, *args: str) -> dict[str, A
 
 
 def test_claude_one_turn_session(agent_server: Server, home: Path):
-    result = claude(agent_server, home, "-p", "Say hello")
+    result = claude(agent_server, home, "-p", PROMPT)
     assert_success(result)
     # Its default model is a claude-* name, which the server maps onto the served model.
     (model,) = result["modelUsage"]
@@ -81,7 +85,7 @@ def test_claude_one_turn_session(agent_server: Server, home: Path):
 
 
 def test_claude_two_turn_session(agent_server: Server, home: Path):
-    first = claude(agent_server, home, "-p", "Say hello")
+    first = claude(agent_server, home, "-p", PROMPT)
     assert_success(first)
     session = first["session_id"]
     second = claude(agent_server, home, "-p", "And again", "--resume", session)
@@ -96,7 +100,7 @@ def test_claude_runs_a_forced_tool_call_and_sends_its_result_back(agent_server: 
     # Read tool (grammar-constrained to Read's schema) on the first request, and a text answer
     # once the result is back.
     with ForcingProxy(agent_server.url, "Read") as proxy:
-        result = claude(proxy, home, "-p", "Read the file notes.txt")
+        result = claude(proxy, home, "-p", PROMPT)
     assert_success(result)
     answered = next(b for b in proxy.bodies if b.get("tool_choice") == {"type": "none"})
     before = proxy.bodies[: proxy.bodies.index(answered)]
@@ -114,10 +118,10 @@ def test_claude_after_a_restart_reads_the_prompt_back_from_disk(
     """A new `astrai serve` on the same KV folder (the first one idle beside it: none of its
     memory is the new one's): Claude Code's first request reads the ~12.6k-token prefix
     back from the disk tier instead of prefilling it (its time: docs/BENCHMARKS.md)."""
-    assert_success(claude(agent_server, home, "-p", "Say hello"))  # the prefix on disk
+    assert_success(claude(agent_server, home, "-p", PROMPT))  # the prefix on disk
     restarted = start_server(kv_folder)
     try:
-        result = claude(restarted.wait_ready(), home, "-p", "Say hello")
+        result = claude(restarted.wait_ready(), home, "-p", PROMPT)
         assert_success(result)
         assert result["usage"]["cache_read_input_tokens"] > 8192
         [worker] = restarted.stats()["workers"]
