@@ -8,6 +8,7 @@ message's or input item's), so a field added to a model is covered without touch
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -28,6 +29,7 @@ from tests.e2e.harness import Server, wait_until
 pytestmark = pytest.mark.slow
 
 USER = {"role": "user", "content": "hi"}
+CONCURRENT = 4  # requests in flight at once: the sweep's ~1,400 bodies in half the time
 # (path, body model, a valid body, the model of its messages' (or input's) items or None,
 # protocol); the items are the valid body's one array.
 ROUTES: list[tuple[str, type[BaseModel], dict[str, Any], type[BaseModel] | None, str]] = [
@@ -128,9 +130,16 @@ def test_no_body_gives_a_5xx_and_nothing_stays_open(tiny_server: Server):
     # A null token budget is valid: the tiny model then writes to the end of its 1,024-token
     # context, 11-97 s on a busy 2-core CPU; the bound is only there so nothing hangs. (The
     # tiny model has no pooling: a valid embeddings body gets that 400.)
-    with httpx.Client(base_url=tiny_server.url, timeout=300) as client:
-        for path, field, raw, protocol in cases:
-            response = client.post(path, content=raw, headers={"content-type": "application/json"})
+    with (
+        httpx.Client(base_url=tiny_server.url, timeout=300) as client,
+        ThreadPoolExecutor(CONCURRENT) as pool,
+    ):
+
+        def send(raw: bytes, path: str) -> httpx.Response:
+            return client.post(path, content=raw, headers={"content-type": "application/json"})
+
+        responses = pool.map(send, [raw for _, _, raw, _ in cases], [c[0] for c in cases])
+        for (path, field, raw, protocol), response in zip(cases, responses, strict=True):
             statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
             assert response.status_code < 500, (path, field, raw[:200], response.text[:300])
             if response.status_code >= 400:
