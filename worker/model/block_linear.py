@@ -50,9 +50,12 @@ class BlockLinear(nn.Module):
         self.in_features = packed.records.shape[1] * 32
         self.bias = None if bias is None else bias.detach().float().contiguous()
         ops = torch.ops.astrai
-        ops_by_format = {"q4_1": ops.q4_1_linear, "q8_0": ops.q8_0_linear}
-        # Read from a file's records, 8-bit activations only:
-        ops_by_format.update(q5_0=ops.q5_0_linear, q5_1=ops.q5_1_linear)
+        ops_by_format = {  # Q5_0 and Q5_1: 8-bit activations only
+            "q4_1": ops.q4_1_linear,
+            "q8_0": ops.q8_0_linear,
+            "q5_0": ops.q5_0_linear,
+            "q5_1": ops.q5_1_linear,
+        }
         self._op = ops_by_format[block_format].default
 
     def forward(

@@ -3,11 +3,11 @@
 //
 // Why: at one decoding row, the 150 calls a step makes from Python (five per layer) cost
 // about 1.5 ms of interpreter and dispatch time on a 2-core AVX2 EPYC, a tenth of the step;
-// a GGUF whose layers take ggml's kernels (Q5_0, the K-quants) paid more, with the norms,
+// a GGUF whose layers take ggml's kernels (the K-quants) paid more, with the norms,
 // gates and residual adds as separate torch ops. The arithmetic is the per-layer operators',
-// called directly: our block kernels for Q4_1 / Q8_0 / Q5_0 / Q5_1 records (norm, gate and residual fused),
-// ggml's dot products (astrai_ggml::linear, through the dispatcher: it lives in the other
-// library) and our K-quant gemv for the rest.
+// called directly: our block kernels for Q4_1 / Q8_0 / Q5_0 / Q5_1 records (norm, gate and
+// residual fused), ggml's dot products (astrai_ggml::linear, through the dispatcher: it lives
+// in the other library) and our K-quant gemv for the rest.
 
 #include <ATen/core/List.h>
 #include <ATen/core/Tensor.h>

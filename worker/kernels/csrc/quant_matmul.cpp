@@ -1,4 +1,4 @@
-// The block-quantized linear layer on the CPU: GGUF Q4_1, Q8_0, Q5_0 or Q5_1 weights times float32
+// The block-quantized linear layer on the CPU: GGUF Q4_1, Q8_0, Q5_0 or Q5_1 weights times
 // activations, with a decoder layer's RMSNorm, SwiGLU gate and residual add fused around it.
 //
 // Why: a decode step of a small model reads every weight once per token, and 4-bit weights are
@@ -8,9 +8,9 @@
 // -march=native on the machine that runs it (worker/kernels/build.py); the scalar branches
 // keep any other CPU correct.
 //
-// Q5_0 and Q5_1 records run with 8-bit activations only (q5_kernel.h). Float32 activations: few rows go
-// through the direct kernel (direct_kernel.h), from `panel_rows` rows on through
-// the panel kernel (panel_kernel.h; on AMX, amx_panel_kernel.h); the probe
+// Q5_0 and Q5_1 records run with 8-bit activations only (q5_kernel.h). With float32
+// activations few rows go through the direct kernel (direct_kernel.h), from `panel_rows` rows
+// on through the panel kernel (panel_kernel.h; on AMX, amx_panel_kernel.h); the probe
 // (worker/kernels/plan.py) measures where.
 
 #include <ATen/core/Tensor.h>
