@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from bench.workloads import SYSTEM_PROMPT_W2, TENANTS, tenant_system_prompt
+from worker.kv.kv_rows import storage_width
 from worker.model.batch import ForwardBatch
 from worker.model.llama import LlamaModel
 from worker.model.loader import load_model
@@ -22,8 +23,9 @@ def sequence_logits(
     `kv_dtype` (default: the model's), whose rows every position attends to as stored."""
     config = model.config
     n = len(ids)
-    shape = (config.num_layers, n, config.num_kv_heads, config.head_dim)
-    k = torch.zeros(shape, dtype=kv_dtype or model.dtype)
+    dtype = kv_dtype or model.dtype
+    shape = (config.num_layers, n, config.num_kv_heads, storage_width(config.head_dim, dtype))
+    k = torch.zeros(shape, dtype=dtype)
     v = torch.zeros_like(k)
     pos = torch.arange(n)
 

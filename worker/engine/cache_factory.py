@@ -12,6 +12,7 @@ from worker.engine.options import EngineOptions
 from worker.kv.base import KVCache, KVStorage
 from worker.kv.contiguous import ContiguousCache
 from worker.kv.disk_tier import DiskTier
+from worker.kv.kv_rows import storage_width
 from worker.kv.paged import PageCache
 from worker.machine.paths import cache_root
 from worker.model.config import ModelConfig
@@ -30,7 +31,8 @@ def build_cache(
     """`options.kv_cache_mb` of k/v storage, paged (default) or one slot per sequence; a
     paged cache with prefix caching gets the disk tier `options.kv_disk_*` ask for, its
     pages named by `disk_identity()` (the model and every setting that changes the rows)."""
-    bytes_per_token = 2 * config.num_layers * config.num_kv_heads * config.head_dim * dtype.itemsize
+    row_bytes = storage_width(config.head_dim, dtype) * dtype.itemsize
+    bytes_per_token = 2 * config.num_layers * config.num_kv_heads * row_bytes
     budget_tokens = options.kv_cache_mb * (1 << 20) // bytes_per_token
     if options.max_model_len is not None:
         # A context asked for by name is a promise: the cache holds one sequence that long,

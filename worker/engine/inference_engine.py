@@ -31,12 +31,12 @@ from worker.engine.scheduler_config import SchedulerConfig
 from worker.engine.sequence import EventSink
 from worker.engine.speculation import DecodeCost, ServedDecodeCost, measure_decode_cost
 from worker.kv.disk_tier import NO_DISK_TIER
+from worker.kv.kv_rows import KV_DTYPES, dtype_name
 from worker.machine.heap import release_freed_heap
 from worker.model.config import with_context
 from worker.model.loader import load_config, load_model
 from worker.model.model_dir import resolve_model_dir
 from worker.model.pooling_files import model_pooling
-from worker.model.precision import DTYPES
 from worker.text.chat_template import read_template_file
 from worker.text.tokenizer import Tokenizer
 
@@ -120,7 +120,7 @@ class InferenceEngine(GenerationAPI, EmbeddingAPI):
         if self.model.weight_paths:
             log.info("weights by type: %s", self.model.weight_paths)
         context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
-        kv_dtype = self.dtype if opts.kv_cache_dtype == "auto" else DTYPES[opts.kv_cache_dtype]
+        kv_dtype = self.dtype if opts.kv_cache_dtype == "auto" else KV_DTYPES[opts.kv_cache_dtype]
         rows_setup = (
             f"{choices!r}|kv {kv_dtype}|page {opts.page_size}|context {context}"
             f"|rope {opts.rope_scaling}"
@@ -132,7 +132,7 @@ class InferenceEngine(GenerationAPI, EmbeddingAPI):
         log.info(
             "KV cache: %d tokens, %s, %d MiB%s",
             storage.k.shape[1] * storage.k.shape[2],
-            str(kv_dtype).removeprefix("torch."),
+            dtype_name(kv_dtype),
             storage.bytes_reserved >> 20,
             self._disk_tier_note(),
         )

@@ -44,6 +44,7 @@ class MachineChoices:
         # The in-place plan carries one mask for every layer, and flex's score function is
         # not given the soft cap: Gemma's layers gather their contexts.
         plain = config is None or (not config.has_mixed_windows and config.attn_softcap is None)
+        plain = plain and options.kv_cache_dtype != "q8_0"  # flex reads float rows only
         if attention == "auto":
             attention = "flex" if device.type == "cuda" and plain else "gather"
         elif attention == "flex" and not plain:

@@ -12,7 +12,7 @@ from worker.model.quantizations import WEIGHT_FORMS
 from worker.text.reasoning_format import PARSER_CHOICES
 
 KV_CACHE_KINDS = ("paged", "contiguous")
-KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
+KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16", "q8_0")
 QUANTIZATION_CHOICES = ("auto", "none", *WEIGHT_FORMS)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_CHOICES = ("auto", "flex", "gather")
@@ -38,12 +38,14 @@ class EngineOptions:
     kv_cache_mb: int = field(default=1024, metadata=option("memory for the KV cache, in MiB"))
     # "auto": the weights' dtype (float32 on a CPU), whose cached rows are exactly what the
     # model computed. "float16" halves the memory per token and the bytes a decode step
-    # reads from the cache, for values rounded to 11 significant bits.
+    # reads from the cache, for values rounded to 11 significant bits; "q8_0" quarters them,
+    # 8-bit codes with a scale per 32 values (worker/kv/kv_rows.py).
     kv_cache_dtype: str = field(
         default="auto",
         metadata=option(
             "cached k/v rows: auto (the weights' dtype), float32, float16 (half the memory "
-            "and the attention's reads; rounded) or bfloat16",
+            "and the attention's reads; rounded), bfloat16 or q8_0 (8-bit codes, a scale per "
+            "32 values: about a quarter of float32's memory, disk and reads)",
             choices=KV_CACHE_DTYPES,
         ),
     )
@@ -220,6 +222,11 @@ class EngineOptions:
                 "attention flex with compile is refused on the CPU: inductor's CPU kernel for "
                 "flex_attention fails to build for the compiled step's dynamic shapes; use "
                 "attention auto (gather) there"
+            )
+        if self.kv_cache_dtype == "q8_0" and (self.attention == "flex" or self.compile):
+            raise ValueError(
+                "kv_cache_dtype q8_0 is read by the gather attention and the native decode "
+                "kernels: it takes neither attention flex nor compile"
             )
         for name in ("page_size", "kv_cache_mb", "max_seqs", "prefill_token_budget"):
             if getattr(self, name) < 1:

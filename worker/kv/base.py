@@ -12,6 +12,7 @@ from typing import NamedTuple
 import torch
 
 from worker.kv.disk_tier import DiskTier, DiskTierStats
+from worker.kv.kv_rows import storage_width
 
 # One layer's cache as flat rows: k and v, each (num_slots, kv_heads, head_dim).
 LayerKV = tuple[torch.Tensor, torch.Tensor]
@@ -95,7 +96,8 @@ def zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
 
 
 class KVStorage:
-    """k/v tensors `[layers, pages, page_size, kv_heads, head_dim]` and flat per-layer views."""
+    """k/v tensors `[layers, pages, page_size, kv_heads, head_dim]` (q8_0: head_dim / 32 blocks
+    of 34 bytes, worker/kv/kv_rows.py) and flat per-layer views."""
 
     def __init__(
         self,
@@ -107,11 +109,12 @@ class KVStorage:
         dtype: torch.dtype,
         device: torch.device,
     ) -> None:
-        shape = (num_layers, num_pages, page_size, num_kv_heads, head_dim)
+        width = storage_width(head_dim, dtype)  # q8_0 rows are blocks of bytes
+        shape = (num_layers, num_pages, page_size, num_kv_heads, width)
         # Zeros, not empty: padded reads of unused rows must never meet a NaN bit pattern.
         self.k = zeroed(shape, dtype, device)
         self.v = zeroed(shape, dtype, device)
-        flat = (num_pages * page_size, num_kv_heads, head_dim)
+        flat = (num_pages * page_size, num_kv_heads, width)
         self.layers: list[LayerKV] = [
             (self.k[i].view(flat), self.v[i].view(flat)) for i in range(num_layers)
         ]

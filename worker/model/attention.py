@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from worker.kernels.build import prefill_attention_available
+from worker.kv.kv_rows import is_quantized, read_rows, write_rows
 from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.config import ModelConfig
 from worker.model.norm import RMSNorm
@@ -68,8 +69,8 @@ class Attention(nn.Module):
         qk = apply_rope(qkv[:, : h + kvh], cos, sin)  # (N, H + KVH, D), RoPE before the write
         q, k, v = qk[:, :h], qk[:, h:], qkv[:, h + kvh :]
         k_cache, v_cache = kv
-        k_cache.index_copy_(0, batch.write_slots, k.to(k_cache.dtype))
-        v_cache.index_copy_(0, batch.write_slots, v.to(v_cache.dtype))
+        write_rows(k_cache, batch.write_slots, k)
+        write_rows(v_cache, batch.write_slots, v)
         if self.softcap is not None:
             return soft_capped_attention(q, k_cache, v_cache, batch, self._mask(batch), self)
         return self._attend(q, k_cache, v_cache, batch)
@@ -108,10 +109,10 @@ class Attention(nn.Module):
         mask = self._mask(batch)
         # Prefill attention runs in float32 on the CPU, where bf16 arithmetic is slower
         # (docs/BENCHMARKS.md, Figures behind the code); one-row decode runs in the cache's
-        # dtype, as
-        # converting every cached row would cost more than it saves, except a float16 cache
-        # on the CPU, whose arithmetic the CPU has no instructions for.
-        dtype = k_cache.dtype
+        # dtype, as converting every cached row would cost more than it saves, except a
+        # float16 cache on the CPU, whose arithmetic the CPU has no instructions for (q8_0
+        # rows are read back as float32).
+        dtype = torch.float32 if is_quantized(k_cache) else k_cache.dtype
         on_cpu = q.device.type == "cpu"
         if on_cpu and (batch.max_query_len > 1 or dtype == torch.float16):
             dtype = torch.float32
@@ -123,8 +124,8 @@ class Attention(nn.Module):
         # index_select on the flattened rows: faster than k_cache[read_slots] on the CPU.
         rows = batch.read_slots.view(-1)
         shape = (b, batch.read_slots.shape[1], kvh, d)
-        keys = k_cache.index_select(0, rows).view(shape).to(dtype).transpose(1, 2)  # (B,KVH,T,D)
-        values = v_cache.index_select(0, rows).view(shape).to(dtype).transpose(1, 2)
+        keys = read_rows(k_cache, rows).view(shape).to(dtype).transpose(1, 2)  # (B,KVH,T,D)
+        values = read_rows(v_cache, rows).view(shape).to(dtype).transpose(1, 2)
         if batch.query_index is None:  # every sequence feeds one token: N == B
             grouped = q.to(dtype).view(b, kvh, g, d)  # (B, KVH, G, D)
         else:
@@ -185,8 +186,8 @@ class Attention(nn.Module):
                 continue
             start = offsets[i]
             slots = batch.read_slots[i, :klen]
-            keys = k_cache.index_select(0, slots).to(q.dtype).view(klen, kvh, d)
-            values = v_cache.index_select(0, slots).to(q.dtype).view(klen, kvh, d)
+            keys = read_rows(k_cache, slots).to(q.dtype).view(klen, kvh, d)
+            values = read_rows(v_cache, slots).to(q.dtype).view(klen, kvh, d)
             # (KVH, Q*G, D), row q*G + g: the layout of the batch's mask rows.
             queries = q[start : start + qlen].view(qlen, kvh, g, d).transpose(0, 1)
             queries = queries.reshape(kvh, qlen * g, d)
@@ -224,8 +225,8 @@ class Attention(nn.Module):
         longest = max(batch.seq_lengths[i][1] for i in seqs)
         slots = batch.read_slots.index_select(0, index)[:, :longest].reshape(-1)
         shape = (len(seqs), longest, kvh, d)
-        keys = k_cache.index_select(0, slots).view(shape).to(q.dtype).transpose(1, 2)
-        values = v_cache.index_select(0, slots).view(shape).to(q.dtype).transpose(1, 2)
+        keys = read_rows(k_cache, slots).view(shape).to(q.dtype).transpose(1, 2)
+        values = read_rows(v_cache, slots).view(shape).to(q.dtype).transpose(1, 2)
         queries = q.index_select(0, rows).view(len(seqs), kvh, g, d)  # (S, KVH, G, D)
         rows_mask = mask.index_select(0, index)[:, :, :g, :longest]  # query 0's rows
         out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=rows_mask)

@@ -4,8 +4,8 @@ Same arithmetic as LlamaModel's reference forward (tested equal), in five native
 layer, or one for all layers when every linear layer is blocks or a GGUF's codes on ggml's
 kernels (and our gemv), instead of ~40 torch ops per layer: at one decoding row the
 reference spent more time dispatching small ops from Python than multiplying. Used for
-forwards in which every sequence feeds exactly one token into a float32 or float16 cache on
-the CPU; everything else takes the reference path.
+forwards in which every sequence feeds exactly one token into a float32, float16 or q8_0
+cache on the CPU; everything else takes the reference path.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from worker.kv.kv_rows import Q8_0
 from worker.model.batch import ForwardBatch, LayerKV
 from worker.model.block_linear import BlockLinear
 from worker.model.config import ModelConfig
@@ -47,7 +48,7 @@ def handles(model: NativeModel, batch: ForwardBatch, kv_layers: Sequence[LayerKV
         and batch.max_query_len == 1
         and batch.query_index is None
         and batch.in_place is None
-        and kv_layers[0][0].dtype in (torch.float32, torch.float16)
+        and kv_layers[0][0].dtype in (torch.float32, torch.float16, Q8_0)
     )
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from worker.kv.kv_rows import head_dim_of, read_rows
+
 # Fewer shared rows than this: the merge costs more than gathering them again saves.
 MIN_SHARED_ROWS = 64
 # Longer chunks attend alone: their own rows dominate, and padding the short tails to them
@@ -114,7 +116,7 @@ def attend_shared(
     """(N, H * D): the group's queries, in order, attended over the shared rows and each
     sequence's own, merged."""
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-    kvh, d = k_cache.shape[1], k_cache.shape[2]
+    kvh, d = k_cache.shape[1], head_dim_of(k_cache)
     h = q.shape[1]
     g = h // kvh
     n, s = prefix.query_rows.shape[0], len(prefix.seqs)
@@ -122,7 +124,7 @@ def attend_shared(
     queries = q.index_select(0, prefix.query_rows)  # (N, H, D)
 
     def cached(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        return cache.index_select(0, slots).to(q.dtype)
+        return read_rows(cache, slots).to(q.dtype)
 
     # Every query against the shared rows: (1, KVH, N*G, D), row n*G + g.
     grouped = queries.view(n, kvh, g, d).transpose(0, 1).reshape(1, kvh, n * g, d)

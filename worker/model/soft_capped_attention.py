@@ -11,6 +11,7 @@ from typing import Protocol
 
 import torch
 
+from worker.kv.kv_rows import read_rows
 from worker.model.batch import ForwardBatch
 
 
@@ -36,8 +37,8 @@ def soft_capped_attention(
     d, kvh, g = heads.head_dim, heads.num_kv_heads, heads.group
     shape = (b, batch.read_slots.shape[1], kvh, d)
     rows = batch.read_slots.reshape(-1)
-    keys = k_cache.index_select(0, rows).view(shape).float().transpose(1, 2)  # (B, KVH, T, D)
-    values = v_cache.index_select(0, rows).view(shape).float().transpose(1, 2)
+    keys = read_rows(k_cache, rows).view(shape).float().transpose(1, 2)  # (B, KVH, T, D)
+    values = read_rows(v_cache, rows).view(shape).float().transpose(1, 2)
     if batch.query_index is None:  # one query per sequence: N == B
         grouped = q.float().view(b, kvh, g, d)  # (B, KVH, G, D)
     else:

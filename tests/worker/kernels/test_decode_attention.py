@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from tests.worker.native import needs_native_kernels
+from worker.kv.kv_rows import Q8_0, dequantize, quantize
 from worker.model.config import ModelConfig
 from worker.model.rope import apply_rope, rope_tables
 
@@ -43,6 +44,15 @@ def expected_attention(qkv, positions, cos, sin, k_cache, v_cache, read_slots, w
         weights = torch.softmax((q[:, None, :] * keys).sum(-1) / D**0.5, dim=-1)  # (H, T)
         outs.append((weights[..., None] * values).sum(1).reshape(H * D))
     return torch.stack(outs)
+
+
+def stored(cache: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A float cache in a cache dtype's stored form (q8_0: 34-byte blocks)."""
+    return quantize(cache) if dtype == Q8_0 else cache.to(dtype)
+
+
+def as_float(cache: torch.Tensor) -> torch.Tensor:
+    return dequantize(cache) if cache.dtype == Q8_0 else cache.float()
 
 
 def paged_case(lengths: list[int], seed: int = 0, D: int = D):
@@ -91,6 +101,38 @@ def test_matches_torch_over_scattered_rows_and_writes_the_new_rows(
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("D", [64, 96])
+@pytest.mark.parametrize("window", [0, 4])
+def test_a_q8_0_cache_is_read_as_its_blocks_say_and_written_as_kv_rows_quantizes(
+    window: int, D: int
+):
+    """The new v rows are the blocks worker.kv.kv_rows writes, bit for bit (k rows after a
+    RoPE that may round differently: within one code); the attention is the float32 one over
+    the blocks' values."""
+    cos, sin = tables(D)
+    qkv, positions, k_cache, v_cache, write_slots, read_slots = paged_case([1, 7, 19], D=D)
+    k_cache, v_cache = quantize(k_cache), quantize(v_cache)
+    assert k_cache.shape == (96, KVH, D // 32 * 34)
+    new_k = apply_rope(
+        qkv[:, H * D : (H + KVH) * D].view(3, KVH, D),
+        cos[positions][:, None],
+        sin[positions][:, None],
+    )
+    new_v = qkv[:, (H + KVH) * D :].view(3, KVH, D)
+
+    out = torch.ops.astrai.decode_attention(
+        qkv, positions, cos, sin, k_cache, v_cache, write_slots, read_slots, H, KVH, window
+    )
+
+    assert torch.equal(v_cache[write_slots], quantize(new_v))
+    step = new_k.abs().amax() / 127
+    torch.testing.assert_close(dequantize(k_cache[write_slots]), new_k, rtol=0, atol=step.item())
+    expected = expected_attention(
+        qkv, positions, cos, sin, dequantize(k_cache), dequantize(v_cache), read_slots, window
+    )
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_rows_outside_the_cache_or_the_tables_are_refused_before_any_write():
     cos, sin = tables()
     qkv, positions, k_cache, v_cache, write_slots, read_slots = paged_case([5])
@@ -118,17 +160,18 @@ def test_silu_mul_is_silu_of_the_gate_times_up():
     torch.testing.assert_close(torch.ops.astrai.silu_mul(gate_up), expected, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16, Q8_0])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_each_sequence_gets_the_same_bits_whatever_the_batch_around_it(
     threads: int, cache_dtype: torch.dtype
 ):
     """Alone, a sequence's heads are items of their own; in a batch of 4 a kv head's query
     heads go together, and from 8 whole sequences do. Every path sums in the same order."""
-    cos, sin = tables(72)
+    dim = 64 if cache_dtype == Q8_0 else 72  # q8_0 rows are whole 32-value blocks
+    cos, sin = tables(dim)
     lengths = [3, 12, 7, 1, 9, 11, 5, 2]  # 8 x 12 rows fill the 96-row cache
-    qkv, positions, k_cache, v_cache, write_slots, read_slots = paged_case(lengths, seed=3, D=72)
-    k_cache, v_cache = k_cache.to(cache_dtype), v_cache.to(cache_dtype)
+    qkv, positions, k_cache, v_cache, write_slots, read_slots = paged_case(lengths, seed=3, D=dim)
+    k_cache, v_cache = stored(k_cache, cache_dtype), stored(v_cache, cache_dtype)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -145,7 +188,7 @@ def test_each_sequence_gets_the_same_bits_whatever_the_batch_around_it(
     finally:
         torch.set_num_threads(before)
     expected = expected_attention(
-        qkv, positions, cos, sin, k_cache.float(), v_cache.float(), read_slots, 0
+        qkv, positions, cos, sin, as_float(k_cache), as_float(v_cache), read_slots, 0
     )
     torch.testing.assert_close(alone, expected, rtol=1e-5, atol=1e-5)
 
@@ -166,18 +209,19 @@ def long_case(lengths: list[int], seed: int, D: int = D):
     return qkv, positions, k_cache, v_cache, write_slots, read_slots
 
 
-@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16, Q8_0])
 @pytest.mark.parametrize("window", [0, 300])
 def test_long_contexts_split_in_chunks_match_torch_alone_and_in_a_batch(
     window: int, cache_dtype: torch.dtype
 ):
     """700 keys are three chunks merged (257 and 512 two, 256 one: the chunk edges); a long
     sequence gets the same bits alone, beside short ones and on one thread."""
-    cos, sin = tables(72)
+    dim = 64 if cache_dtype == Q8_0 else 72
+    cos, sin = tables(dim)
     cos, sin = cos.repeat(12, 1), sin.repeat(12, 1)  # positions past the 64 of the config
     lengths = [700, 5, 257, 256, 512, 30]
-    qkv, positions, k_cache, v_cache, write_slots, read_slots = long_case(lengths, 4, D=72)
-    k_cache, v_cache = k_cache.to(cache_dtype), v_cache.to(cache_dtype)
+    qkv, positions, k_cache, v_cache, write_slots, read_slots = long_case(lengths, 4, D=dim)
+    k_cache, v_cache = stored(k_cache, cache_dtype), stored(v_cache, cache_dtype)
 
     def attend(rows: list[int]) -> torch.Tensor:
         return torch.ops.astrai.decode_attention(
@@ -195,6 +239,6 @@ def test_long_contexts_split_in_chunks_match_torch_alone_and_in_a_batch(
     finally:
         torch.set_num_threads(before)
     expected = expected_attention(
-        qkv, positions, cos, sin, k_cache.float(), v_cache.float(), read_slots, window
+        qkv, positions, cos, sin, as_float(k_cache), as_float(v_cache), read_slots, window
     )
     torch.testing.assert_close(together, expected, rtol=1e-5, atol=1e-5)

@@ -131,6 +131,19 @@ def test_flex_attention_with_the_compiled_step_is_refused_on_the_cpu_only():
     EngineOptions(attention="flex")
 
 
+def test_a_q8_0_cache_is_read_by_gather_attention_only():
+    """flex_attention and the compiled step read float rows: asked for with q8_0, refused by
+    name; on CUDA, auto then gathers the rows."""
+    from worker.engine.machine_choices import MachineChoices
+    from worker.engine.options import EngineOptions
+
+    for asked in ({"attention": "flex"}, {"compile": True}):
+        with pytest.raises(ValueError, match=r"kv_cache_dtype q8_0 .* neither attention flex"):
+            EngineOptions(kv_cache_dtype="q8_0", **asked)  # type: ignore[arg-type]
+    options = EngineOptions(device="cuda", kv_cache_dtype="q8_0", quantization="none")
+    assert MachineChoices.resolve(options, resolve_model_dir(None)).attention == "gather"
+
+
 @pytest.mark.parametrize(
     ("quantization", "precision", "int8"),
     [("auto", "file", True), ("auto", "exact", False), ("none", "file", False)],

@@ -10,7 +10,8 @@
 // Shapes: qkv (B, (H + 2 KVH) * D) float32, one new token per sequence: q heads, k heads,
 // v heads. positions (B,): the new token's position p; it attends to keys 0..p (or the last
 // `window` of them), whose cache rows are read_slots[b, 0..p]. k_cache / v_cache
-// (slots, KVH, D) float32 or float16. cos / sin (positions, D): rotate-half tables, halves duplicated.
+// (slots, KVH, D) float32 or float16, or uint8 (slots, KVH, D / 32 * 34): q8_0 blocks
+// (worker/kv/kv_rows.py). cos / sin (positions, D): rotate-half tables, halves duplicated.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -18,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "ops.h"
@@ -28,26 +30,72 @@ namespace astrai {
 namespace {
 
 // The cache holds float32 or float16 elements (half the bytes each step reads; an F16C
-// instruction widens eight of them). Written values round to nearest even, as torch's do.
-inline float widen(float x) { return x; }
-inline float widen(c10::Half x) { return static_cast<float>(x); }
+// instruction widens eight of them), or q8_0 blocks (a quarter: eight codes widened and
+// scaled). Written values round to nearest even, as torch's do. A row is read through
+// `at(row, d)` accessors, d counting values, so the kernels below serve all three.
+struct BlockQ8 {
+  c10::Half d;
+  int8_t qs[32];
+};
+static_assert(sizeof(BlockQ8) == 34, "q8_0 blocks are ggml's 34 bytes");
+constexpr int64_t kQ8Block = 32;
 
+// A head's row of `dim` values takes this many T.
 template <typename T>
-inline T narrow(float x) {
-  return static_cast<T>(x);
+constexpr int64_t units(int64_t dim) {
+  return std::is_same_v<T, BlockQ8> ? dim / kQ8Block : dim;
+}
+
+inline float widen_at(const float* row, int64_t d) { return row[d]; }
+inline float widen_at(const c10::Half* row, int64_t d) { return static_cast<float>(row[d]); }
+inline float widen_at(const BlockQ8* row, int64_t d) {
+  const BlockQ8& block = row[d / kQ8Block];
+  return static_cast<float>(block.d) * block.qs[d % kQ8Block];
+}
+
+// x (dim,) into a cache row: each element narrowed, or quantized a block at a time (the scale
+// max |x| / 127 of the block, as ggml's quantize_row_q8_0 and worker/kv/kv_rows.py).
+inline void store_row(const float* x, float* row, int64_t dim) { std::copy(x, x + dim, row); }
+inline void store_row(const float* x, c10::Half* row, int64_t dim) {
+  for (int64_t d = 0; d < dim; ++d) row[d] = static_cast<c10::Half>(x[d]);
+}
+inline void store_row(const float* x, BlockQ8* row, int64_t dim) {
+  for (int64_t b = 0; b < dim / kQ8Block; ++b) {
+    const float* v = x + b * kQ8Block;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const float scale = amax / 127.0f;
+    const float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
+    row[b].d = static_cast<c10::Half>(scale);
+    for (int64_t i = 0; i < kQ8Block; ++i) {
+      row[b].qs[i] = static_cast<int8_t>(std::nearbyint(v[i] * inverse));
+    }
+  }
 }
 
 #if defined(__AVX2__)
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const c10::Half* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+inline __m256 load8_at(const float* row, int64_t d) { return _mm256_loadu_ps(row + d); }
+inline __m256 load8_at(const c10::Half* row, int64_t d) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d)));
+}
+inline __m256 load8_at(const BlockQ8* row, int64_t d) {
+  const BlockQ8& block = row[d / kQ8Block];
+  const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block.qs + d % kQ8Block));
+  return _mm256_mul_ps(_mm256_set1_ps(static_cast<float>(block.d)),
+                       _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes)));
 }
 #endif
 
 #if defined(__AVX512F__)
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const c10::Half* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+inline __m512 load16_at(const float* row, int64_t d) { return _mm512_loadu_ps(row + d); }
+inline __m512 load16_at(const c10::Half* row, int64_t d) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + d)));
+}
+inline __m512 load16_at(const BlockQ8* row, int64_t d) {
+  const BlockQ8& block = row[d / kQ8Block];
+  const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block.qs + d % kQ8Block));
+  return _mm512_mul_ps(_mm512_set1_ps(static_cast<float>(block.d)),
+                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes)));
 }
 
 // The four sums of a, b, c, d (16 lanes each) in one 4-lane vector: halves folded first.
@@ -62,12 +110,11 @@ inline __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 #endif
 
 // x (D,) rotated by the angles of one position, rotate-half convention, into out (D,).
-template <typename T>
-void rope(const float* x, const float* cos, const float* sin, int64_t dim, T* out) {
+void rope(const float* x, const float* cos, const float* sin, int64_t dim, float* out) {
   const int64_t half = dim / 2;
   for (int64_t d = 0; d < half; ++d) {
-    out[d] = narrow<T>(x[d] * cos[d] - x[d + half] * sin[d]);
-    out[d + half] = narrow<T>(x[d + half] * cos[d + half] + x[d] * sin[d + half]);
+    out[d] = x[d] * cos[d] - x[d + half] * sin[d];
+    out[d + half] = x[d + half] * cos[d + half] + x[d] * sin[d + half];
   }
 }
 
@@ -79,12 +126,15 @@ constexpr int64_t kChunkKeys = 256;
 // from the next row's: asked for this many keys ahead, they are in L1 when their turn comes.
 constexpr int64_t kAhead = 8;
 
+// Values [first, first + count) of a row: for q8_0, the blocks holding them.
 template <typename T>
-inline void prefetch_row(const T* row, int64_t count) {
+inline void prefetch_row(const T* row, int64_t count, int64_t first = 0) {
+  const int64_t size = static_cast<int64_t>(sizeof(T));
+  const int64_t begin = std::is_same_v<T, BlockQ8> ? first / kQ8Block * size : first * size;
+  const int64_t end = std::is_same_v<T, BlockQ8> ? (first + count + kQ8Block - 1) / kQ8Block * size
+                                                 : (first + count) * size;
   const char* bytes = reinterpret_cast<const char*>(row);
-  for (int64_t b = 0; b < count * static_cast<int64_t>(sizeof(T)); b += 64) {
-    _mm_prefetch(bytes + b, _MM_HINT_T0);
-  }
+  for (int64_t b = begin; b < end; b += 64) _mm_prefetch(bytes + b, _MM_HINT_T0);
 }
 #endif
 
@@ -108,7 +158,7 @@ void group_scores(const float* q, const T* k_head, const int64_t* rows, int64_t 
       }
       for (int64_t d = 0; d < dim; d += 16) {
         __m512 kd[4];
-        for (int j = 0; j < 4; ++j) kd[j] = load16(k[j] + d);
+        for (int j = 0; j < 4; ++j) kd[j] = load16_at(k[j], d);
         for (int h = 0; h < G; ++h) {
           const __m512 qd = _mm512_loadu_ps(q + h * dim + d);
           for (int j = 0; j < 4; ++j) acc[h][j] = _mm512_fmadd_ps(qd, kd[j], acc[h][j]);
@@ -135,7 +185,7 @@ void group_scores(const float* q, const T* k_head, const int64_t* rows, int64_t 
       }
       for (int64_t d = 0; d < dim; d += 8) {
         __m256 kd[4];
-        for (int j = 0; j < 4; ++j) kd[j] = load8(k[j] + d);
+        for (int j = 0; j < 4; ++j) kd[j] = load8_at(k[j], d);
         for (int h = 0; h < G; ++h) {
           const __m256 qd = _mm256_loadu_ps(q + h * dim + d);
           for (int j = 0; j < 4; ++j) acc[h][j] = _mm256_fmadd_ps(qd, kd[j], acc[h][j]);
@@ -155,7 +205,7 @@ void group_scores(const float* q, const T* k_head, const int64_t* rows, int64_t 
     const T* k = k_head + rows[t] * row_stride;
     for (int h = 0; h < G; ++h) {
       float total = 0.0f;
-      for (int64_t d = 0; d < dim; ++d) total += q[h * dim + d] * widen(k[d]);
+      for (int64_t d = 0; d < dim; ++d) total += q[h * dim + d] * widen_at(k, d);
       scores[h * keys + t] = scale * total;
     }
   }
@@ -190,17 +240,17 @@ float softmax_numerators(float* scores, int64_t n, float* max_out = nullptr) {
 // `keys` apart, out rows `dim` apart), the sums held in G x V registers (writing them back to
 // memory after every key made the loop store-bound); each value row is loaded once for the G.
 template <int G, int V, typename T>
-void weighted_columns(const T* v_head, const int64_t* rows, const float* weights, int64_t n,
-                      int64_t keys, int64_t row_stride, const float* inv, float* out,
+void weighted_columns(const T* v_head, int64_t col, const int64_t* rows, const float* weights,
+                      int64_t n, int64_t keys, int64_t row_stride, const float* inv, float* out,
                       int64_t dim) {
   __m256 acc[G][V];
   for (int h = 0; h < G; ++h)
     for (int j = 0; j < V; ++j) acc[h][j] = _mm256_setzero_ps();
   for (int64_t t = 0; t < n; ++t) {
     const T* v = v_head + rows[t] * row_stride;
-    if (t + kAhead < n) prefetch_row(v_head + rows[t + kAhead] * row_stride, 8 * V);
+    if (t + kAhead < n) prefetch_row(v_head + rows[t + kAhead] * row_stride, 8 * V, col);
     __m256 vt[V];
-    for (int j = 0; j < V; ++j) vt[j] = load8(v + 8 * j);
+    for (int j = 0; j < V; ++j) vt[j] = load8_at(v, col + 8 * j);
     for (int h = 0; h < G; ++h) {
       const __m256 w = _mm256_set1_ps(weights[h * keys + t]);
       for (int j = 0; j < V; ++j) acc[h][j] = _mm256_fmadd_ps(w, vt[j], acc[h][j]);
@@ -216,17 +266,17 @@ void weighted_columns(const T* v_head, const int64_t* rows, const float* weights
 #if defined(__AVX512F__)
 // weighted_columns with 16 lanes: out[h][0, 16V) for G heads, the same sums in the same order.
 template <int G, int V, typename T>
-void weighted_columns_wide(const T* v_head, const int64_t* rows, const float* weights, int64_t n,
-                           int64_t keys, int64_t row_stride, const float* inv, float* out,
-                           int64_t dim) {
+void weighted_columns_wide(const T* v_head, int64_t col, const int64_t* rows,
+                           const float* weights, int64_t n, int64_t keys, int64_t row_stride,
+                           const float* inv, float* out, int64_t dim) {
   __m512 acc[G][V];
   for (int h = 0; h < G; ++h)
     for (int j = 0; j < V; ++j) acc[h][j] = _mm512_setzero_ps();
   for (int64_t t = 0; t < n; ++t) {
     const T* v = v_head + rows[t] * row_stride;
-    if (t + kAhead < n) prefetch_row(v_head + rows[t + kAhead] * row_stride, 16 * V);
+    if (t + kAhead < n) prefetch_row(v_head + rows[t + kAhead] * row_stride, 16 * V, col);
     __m512 vt[V];
-    for (int j = 0; j < V; ++j) vt[j] = load16(v + 16 * j);
+    for (int j = 0; j < V; ++j) vt[j] = load16_at(v, col + 16 * j);
     for (int h = 0; h < G; ++h) {
       const __m512 w = _mm512_set1_ps(weights[h * keys + t]);
       for (int j = 0; j < V; ++j) acc[h][j] = _mm512_fmadd_ps(w, vt[j], acc[h][j]);
@@ -252,27 +302,27 @@ void group_values(const T* v_head, const int64_t* rows, const float* weights, in
 #if defined(__AVX512F__)
   // 64 columns a pass (a 64-dim head in one pass over its rows: G x 4 sums, 4 value vectors).
   for (; d + 64 <= dim; d += 64) {
-    weighted_columns_wide<G, 4>(v_head + d, rows, weights, n, keys, row_stride, inv, out + d, dim);
+    weighted_columns_wide<G, 4>(v_head, d, rows, weights, n, keys, row_stride, inv, out + d, dim);
   }
   for (; d + 16 <= dim; d += 16) {
-    weighted_columns_wide<G, 1>(v_head + d, rows, weights, n, keys, row_stride, inv, out + d, dim);
+    weighted_columns_wide<G, 1>(v_head, d, rows, weights, n, keys, row_stride, inv, out + d, dim);
   }
 #endif
 #if defined(__AVX2__)
   // As many columns per pass as keep G x V sums and V value vectors in the 16 registers.
   constexpr int kWide = G == 1 ? 8 : G == 2 ? 4 : 2;
   for (; d + 8 * kWide <= dim; d += 8 * kWide) {
-    weighted_columns<G, kWide>(v_head + d, rows, weights, n, keys, row_stride, inv, out + d, dim);
+    weighted_columns<G, kWide>(v_head, d, rows, weights, n, keys, row_stride, inv, out + d, dim);
   }
   for (; d + 8 <= dim; d += 8) {
-    weighted_columns<G, 1>(v_head + d, rows, weights, n, keys, row_stride, inv, out + d, dim);
+    weighted_columns<G, 1>(v_head, d, rows, weights, n, keys, row_stride, inv, out + d, dim);
   }
 #endif
   for (; d < dim; ++d) {
     for (int h = 0; h < G; ++h) {
       float sum = 0.0f;
       for (int64_t t = 0; t < n; ++t) {
-        sum += weights[h * keys + t] * widen(v_head[rows[t] * row_stride + d]);
+        sum += weights[h * keys + t] * widen_at(v_head + rows[t] * row_stride, d);
       }
       out[h * dim + d] = sum * inv[h];
     }
@@ -360,7 +410,10 @@ at::Tensor attend_batch(const at::Tensor& qkv, const at::Tensor& positions, cons
                         const at::Tensor& read_slots, int64_t num_heads, int64_t num_kv_heads,
                         int64_t window) {
   TORCH_CHECK(num_heads % num_kv_heads == 0, "num_heads must be a multiple of num_kv_heads");
-  const int64_t batch = qkv.size(0), dim = k_cache.size(2);
+  const int64_t batch = qkv.size(0);
+  const int64_t width = k_cache.size(2);  // values, or q8_0 bytes
+  const int64_t dim = std::is_same_v<T, BlockQ8> ? width / 34 * kQ8Block : width;
+  const int64_t head_units = units<T>(dim);  // a head's row in T
   const int64_t group = num_heads / num_kv_heads;
   TORCH_CHECK(qkv.size(1) == (num_heads + 2 * num_kv_heads) * dim && k_cache.size(1) == num_kv_heads,
               "qkv and cache shapes disagree with the head counts");
@@ -384,24 +437,25 @@ at::Tensor attend_batch(const at::Tensor& qkv, const at::Tensor& positions, cons
     }
   }
   const float* in = qkv.data_ptr<float>();
-  T* kc = k_cache.data_ptr<T>();
-  T* vc = v_cache.data_ptr<T>();
+  T* kc = reinterpret_cast<T*>(k_cache.data_ptr());
+  T* vc = reinterpret_cast<T*>(v_cache.data_ptr());
   const float* cos_data = cos_t.data_ptr<float>();
   const float* sin_data = sin_t.data_ptr<float>();
-  const int64_t row_stride = num_kv_heads * dim, in_stride = qkv.size(1);
+  const int64_t row_stride = num_kv_heads * head_units, in_stride = qkv.size(1);
   at::Tensor queries = at::empty({batch, num_heads, dim}, qkv.options());
   float* q = queries.data_ptr<float>();
   // Every new k/v is in the cache before any query reads it (a token attends to itself).
+  std::vector<float> rotated(dim);
   for (int64_t b = 0; b < batch; ++b) {
     const float* row = in + b * in_stride;
     const float* c = cos_data + p[b] * dim;
     const float* s = sin_data + p[b] * dim;
     for (int64_t h = 0; h < num_heads; ++h) rope(row + h * dim, c, s, dim, q + (b * num_heads + h) * dim);
     for (int64_t h = 0; h < num_kv_heads; ++h) {
-      rope(row + (num_heads + h) * dim, c, s, dim, kc + w[b] * row_stride + h * dim);
+      rope(row + (num_heads + h) * dim, c, s, dim, rotated.data());
+      store_row(rotated.data(), kc + w[b] * row_stride + h * head_units, dim);
       const float* v = row + (num_heads + num_kv_heads + h) * dim;
-      T* slot = vc + w[b] * row_stride + h * dim;
-      for (int64_t d = 0; d < dim; ++d) slot[d] = narrow<T>(v[d]);
+      store_row(v, vc + w[b] * row_stride + h * head_units, dim);
     }
   }
   at::Tensor out = at::empty({batch, num_heads * dim}, qkv.options());
@@ -452,8 +506,9 @@ at::Tensor attend_batch(const at::Tensor& qkv, const at::Tensor& positions, cons
         const int64_t start = first_key[b] + chunk * kChunkKeys;
         const int64_t n = std::min(kChunkKeys, p[b] + 1 - start);
         float* part = parts.data() + item * part_floats;
-        attend_chunk_heads(group, q + (b * num_heads + kvh * group) * dim, kc + kvh * dim,
-                           vc + kvh * dim, r + b * max_keys + start, n, row_stride, dim, scale,
+        attend_chunk_heads(group, q + (b * num_heads + kvh * group) * dim,
+                           kc + kvh * head_units, vc + kvh * head_units,
+                           r + b * max_keys + start, n, row_stride, dim, scale,
                            scores.data(), kChunkKeys, part, part + group * dim,
                            part + group * (dim + 1));
         continue;
@@ -466,8 +521,8 @@ at::Tensor attend_batch(const at::Tensor& qkv, const at::Tensor& positions, cons
         const int64_t h = head % num_heads, kvh = h / group;
         const int64_t count = std::min(per_item, group - h % group);
         const int64_t at = b * num_heads + h;
-        attend_heads(count, q + at * dim, kc + kvh * dim, vc + kvh * dim, rows, n, row_stride,
-                     dim, scale, scores.data(), max_keys, o + at * dim);
+        attend_heads(count, q + at * dim, kc + kvh * head_units, vc + kvh * head_units, rows, n,
+                     row_stride, dim, scale, scores.data(), max_keys, o + at * dim);
         head += count;
       }
     }
@@ -511,9 +566,16 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& positions,
   TORCH_CHECK(qkv.dim() == 2 && qkv.scalar_type() == at::kFloat && qkv.is_contiguous(),
               "qkv must be a contiguous (B, (H + 2 KVH) * D) float32 tensor");
   const auto kind = k_cache.scalar_type();
-  TORCH_CHECK((kind == at::kFloat || kind == at::kHalf) && v_cache.scalar_type() == kind &&
-                  k_cache.is_contiguous() && v_cache.is_contiguous() && k_cache.dim() == 3,
-              "the caches must be contiguous (slots, KVH, D) tensors, both float32 or float16");
+  TORCH_CHECK((kind == at::kFloat || kind == at::kHalf || kind == at::kByte) &&
+                  v_cache.scalar_type() == kind && k_cache.is_contiguous() &&
+                  v_cache.is_contiguous() && k_cache.dim() == 3,
+              "the caches must be contiguous (slots, KVH, D) tensors, both float32, float16 or "
+              "q8_0 (uint8)");
+  if (kind == at::kByte) {
+    TORCH_CHECK(k_cache.size(2) % 34 == 0, "q8_0 cache rows must be whole 34-byte blocks");
+    return attend_batch<BlockQ8>(qkv, positions, cos, sin, k_cache, v_cache, write_slots,
+                                 read_slots, num_heads, num_kv_heads, window);
+  }
   if (kind == at::kHalf) {
     return attend_batch<c10::Half>(qkv, positions, cos, sin, k_cache, v_cache, write_slots,
                                    read_slots, num_heads, num_kv_heads, window);
