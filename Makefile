@@ -27,14 +27,19 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# Our C++ (not ggml's, which is built from its own sources), in .clang-format's style.
+CXX_SOURCES = worker/kernels/csrc/*.h worker/kernels/csrc/*.cpp worker/kernels/ggml_csrc/*.cpp
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/clang-format --dry-run --Werror $(CXX_SOURCES)
 
 format: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+	$(BIN)/clang-format -i $(CXX_SOURCES)
 
 # astrai serve against llama.cpp's llama-server (built once by bench/build_llama_server.sh,
 # ~15-20 min on 2 cores; LLAMA_SERVER=/path/to/llama-server to bring one, =none to skip it).

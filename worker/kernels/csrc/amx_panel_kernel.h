@@ -40,10 +40,10 @@
 
 namespace astrai {
 
-constexpr int64_t kAmxRows = 16;                    // activation rows per tile
-constexpr int64_t kAmxHalf = 2 * kTile;             // output columns per tile: two records
-constexpr int64_t kAmxMaxQuads = 4;                 // per call of amx_columns: 128 columns
-constexpr int64_t kAmxParts = 2;                    // bf16 parts per activation
+constexpr int64_t kAmxRows = 16;                      // activation rows per tile
+constexpr int64_t kAmxHalf = 2 * kTile;               // output columns per tile: two records
+constexpr int64_t kAmxMaxQuads = 4;                   // per call of amx_columns: 128 columns
+constexpr int64_t kAmxParts = 2;                      // bf16 parts per activation
 constexpr int64_t kAmxTileWords = kAmxRows * kBlock;  // 512 bf16, 1 KB
 
 // Linux hands a process the tile registers' 8 KB of state only when it asks (arch_prctl
@@ -156,9 +156,10 @@ inline void convert_q4_1(const CodeSpread& spread, const uint8_t* left, const ui
   const __m512i nibbles = _mm512_set1_epi8(0x0F);
   for (int j = 0; j < 4; ++j) {
     const __m512i group = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(left + 32 + 32 * j))),
+        _mm512_castsi256_si512(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(left + 32 + 32 * j))),
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(right + 32 + 32 * j)), 1);
-    const __m512i low = _mm512_and_si512(group, nibbles);                          // inputs 4j + t
+    const __m512i low = _mm512_and_si512(group, nibbles);                         // inputs 4j + t
     const __m512i high = _mm512_and_si512(_mm512_srli_epi32(group, 4), nibbles);  // 16 + 4j + t
     const __m512i rows[4] = {low, low, high, high};
     const int row_of[4] = {2 * j, 2 * j + 1, 8 + 2 * j, 9 + 2 * j};
@@ -174,8 +175,7 @@ inline void convert_q4_1(const CodeSpread& spread, const uint8_t* left, const ui
 }
 
 // The same for two Q8_0 records: codes -127..127 (exact in bf16), then the columns' d.
-inline void convert_q8_0(const uint8_t* left, const uint8_t* right, uint16_t* tile,
-                         float* scales) {
+inline void convert_q8_0(const uint8_t* left, const uint8_t* right, uint16_t* tile, float* scales) {
   // Within each 32-bit column word, bytes (0, 1) or (2, 3) to the high bytes of its two
   // words (0x80 zeroes the low ones); an arithmetic shift then sign-extends them.
   const __m512i first = _mm512_set1_epi32(static_cast<int>(0x01800080u));
@@ -186,12 +186,14 @@ inline void convert_q8_0(const uint8_t* left, const uint8_t* right, uint16_t* ti
   const __m512i spread[2] = {_mm512_add_epi8(first, offsets), _mm512_add_epi8(second, offsets)};
   for (int g = 0; g < 8; ++g) {
     const __m512i group = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(left + 16 + 32 * g))),
+        _mm512_castsi256_si512(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(left + 16 + 32 * g))),
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(right + 16 + 32 * g)), 1);
     for (int half = 0; half < 2; ++half) {  // row 2g + half: inputs 4g + 2 half, + 1
       const __m512i words = _mm512_srai_epi16(_mm512_shuffle_epi8(group, spread[half]), 8);
       const __m512 low = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(words)));
-      const __m512 high = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(words, 1)));
+      const __m512 high =
+          _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(words, 1)));
       _mm512_storeu_si512(tile + (2 * g + half) * kBlock, (__m512i)_mm512_cvtne2ps_pbh(high, low));
     }
   }
@@ -202,9 +204,9 @@ inline void convert_q8_0(const uint8_t* left, const uint8_t* right, uint16_t* ti
 }
 
 // to[i, 0 .. 16] = from[i, 0 .. 16] (zero where from is null) + products * d (+ sums * m where
-// the format has minimums), for rows i < rows: one block's 16 x 16 tile, scaled. The first block starts from
-// zero and the last writes the output rows, so the sums never pass through a zeroing or a
-// copy of their own (5% of a 256-token prefill, profiled).
+// the format has minimums), for rows i < rows: one block's 16 x 16 tile, scaled. The first block
+// starts from zero and the last writes the output rows, so the sums never pass through a zeroing or
+// a copy of their own (5% of a 256-token prefill, profiled).
 template <bool kHasMin>
 inline void scale_products(const float* products, const float* scales, const float* sums,
                            const float* from, int64_t from_stride, float* to, int64_t to_stride,
@@ -248,8 +250,8 @@ void amx_columns(const Source& source, int64_t blocks, int64_t quad0, int64_t qu
                  const SplitRows& x, int64_t row0, int64_t count, int64_t m, float* out,
                  int64_t out_stride) {
   const int64_t halves = 2 * quads;
-  auto* codes = reinterpret_cast<uint16_t*>(
-      scratch(Scratch::kAmxPanel, blocks * halves * kAmxTileWords / 2));
+  auto* codes =
+      reinterpret_cast<uint16_t*>(scratch(Scratch::kAmxPanel, blocks * halves * kAmxTileWords / 2));
   float* scales = scratch(Scratch::kAmxScales, blocks * halves * 2 * kAmxHalf);
   for (int64_t b = 0; b < blocks; ++b) {
     for (int64_t h = 0; h < halves; ++h) {
@@ -313,13 +315,13 @@ void amx_columns(const Source& source, int64_t blocks, int64_t quad0, int64_t qu
           const float* from = first ? nullptr : a;
           float* to = last ? o + column : a;
           const int64_t to_stride = last ? out_stride : width;
-          scale_products<Source::kHasMin>(products[half], scale, top_sums, from, width, to, to_stride,
-                              last ? top_rows : kAmxRows);
+          scale_products<Source::kHasMin>(products[half], scale, top_sums, from, width, to,
+                                          to_stride, last ? top_rows : kAmxRows);
           if (!lone) {
             scale_products<Source::kHasMin>(products[2 + half], scale, bottom_sums,
-                                from == nullptr ? nullptr : from + kAmxRows * width, width,
-                                to + kAmxRows * to_stride, to_stride,
-                                last ? bottom_rows : kAmxRows);
+                                            from == nullptr ? nullptr : from + kAmxRows * width,
+                                            width, to + kAmxRows * to_stride, to_stride,
+                                            last ? bottom_rows : kAmxRows);
           }
         }
       }

@@ -40,10 +40,14 @@ constexpr int64_t record_bytes() {
 
 constexpr int64_t record_bytes(Records format) {
   switch (format) {
-    case Records::kQ4_1: return kQ4Record;
-    case Records::kQ8_0: return kQ8Record;
-    case Records::kQ5_0: return kQ5Record;
-    case Records::kQ5_1: return kQ51Record;
+    case Records::kQ4_1:
+      return kQ4Record;
+    case Records::kQ8_0:
+      return kQ8Record;
+    case Records::kQ5_0:
+      return kQ5Record;
+    case Records::kQ5_1:
+      return kQ51Record;
   }
   return 0;
 }
@@ -63,11 +67,14 @@ template <bool kQ8>
 inline __m256 codes_of(const uint8_t* rec, int i) {
   const int t = i % 4;
   if constexpr (kQ8) {
-    const __m256i lanes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16 + 32 * (i / 4)));
+    const __m256i lanes =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 16 + 32 * (i / 4)));
     const __m256i top = t == 3 ? lanes : _mm256_slli_epi32(lanes, 24 - 8 * t);
-    return _mm256_cvtepi32_ps(_mm256_and_si256(top, _mm256_set1_epi32(static_cast<int>(0xFF000000u))));
+    return _mm256_cvtepi32_ps(
+        _mm256_and_si256(top, _mm256_set1_epi32(static_cast<int>(0xFF000000u))));
   } else {
-    __m256i lanes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 32 + 32 * ((i % 16) / 4)));
+    __m256i lanes =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 32 + 32 * ((i % 16) / 4)));
     if (i >= 16) lanes = _mm256_srli_epi32(lanes, 4);  // the compiler shares it across t
     return _mm256_cvtepi32_ps(_mm256_and_si256(lanes, _mm256_set1_epi32(0x0F << (8 * t))));
   }

@@ -103,8 +103,8 @@ inline __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d) {
   const auto fold = [](__m512 v) {
     return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
   };
-  const __m256 pairs = _mm256_hadd_ps(_mm256_hadd_ps(fold(a), fold(b)),
-                                      _mm256_hadd_ps(fold(c), fold(d)));
+  const __m256 pairs =
+      _mm256_hadd_ps(_mm256_hadd_ps(fold(a), fold(b)), _mm256_hadd_ps(fold(c), fold(d)));
   return _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1));
 }
 #endif
@@ -258,7 +258,8 @@ void weighted_columns(const T* v_head, int64_t col, const int64_t* rows, const f
   }
   for (int h = 0; h < G; ++h) {
     const __m256 scale = _mm256_set1_ps(inv[h]);
-    for (int j = 0; j < V; ++j) _mm256_storeu_ps(out + h * dim + 8 * j, _mm256_mul_ps(acc[h][j], scale));
+    for (int j = 0; j < V; ++j)
+      _mm256_storeu_ps(out + h * dim + 8 * j, _mm256_mul_ps(acc[h][j], scale));
   }
 }
 #endif
@@ -266,9 +267,9 @@ void weighted_columns(const T* v_head, int64_t col, const int64_t* rows, const f
 #if defined(__AVX512F__)
 // weighted_columns with 16 lanes: out[h][0, 16V) for G heads, the same sums in the same order.
 template <int G, int V, typename T>
-void weighted_columns_wide(const T* v_head, int64_t col, const int64_t* rows,
-                           const float* weights, int64_t n, int64_t keys, int64_t row_stride,
-                           const float* inv, float* out, int64_t dim) {
+void weighted_columns_wide(const T* v_head, int64_t col, const int64_t* rows, const float* weights,
+                           int64_t n, int64_t keys, int64_t row_stride, const float* inv,
+                           float* out, int64_t dim) {
   __m512 acc[G][V];
   for (int h = 0; h < G; ++h)
     for (int j = 0; j < V; ++j) acc[h][j] = _mm512_setzero_ps();
@@ -331,9 +332,8 @@ void group_values(const T* v_head, const int64_t* rows, const float* weights, in
 
 // G query heads (q and out rows `dim` apart) over one kv head's rows; scores: G x keys floats.
 template <int G, typename T>
-void attend(const float* q, const T* k_head, const T* v_head, const int64_t* rows,
-            int64_t n, int64_t row_stride, int64_t dim, float scale, float* scores, int64_t keys,
-            float* out) {
+void attend(const float* q, const T* k_head, const T* v_head, const int64_t* rows, int64_t n,
+            int64_t row_stride, int64_t dim, float scale, float* scores, int64_t keys, float* out) {
   group_scores<G>(q, k_head, rows, n, row_stride, dim, scale, scores, keys);
   float totals[G];
   for (int h = 0; h < G; ++h) totals[h] = softmax_numerators(scores + h * keys, n);
@@ -343,9 +343,9 @@ void attend(const float* q, const T* k_head, const T* v_head, const int64_t* row
 // attend over one chunk of a long context's keys, for merging: out[h] the weighted values
 // not yet divided (totals of 1), maxes[h] and sums[h] the chunk's softmax max and sum.
 template <int G, typename T>
-void attend_chunk(const float* q, const T* k_head, const T* v_head, const int64_t* rows,
-                  int64_t n, int64_t row_stride, int64_t dim, float scale, float* scores,
-                  int64_t keys, float* out, float* maxes, float* sums) {
+void attend_chunk(const float* q, const T* k_head, const T* v_head, const int64_t* rows, int64_t n,
+                  int64_t row_stride, int64_t dim, float scale, float* scores, int64_t keys,
+                  float* out, float* maxes, float* sums) {
   group_scores<G>(q, k_head, rows, n, row_stride, dim, scale, scores, keys);
   float ones[G];
   for (int h = 0; h < G; ++h) {
@@ -405,21 +405,21 @@ void attend_heads(int64_t count, const float* q, const T* k_head, const T* v_hea
 
 template <typename T>
 at::Tensor attend_batch(const at::Tensor& qkv, const at::Tensor& positions, const at::Tensor& cos,
-                        const at::Tensor& sin, const at::Tensor& k_cache,
-                        const at::Tensor& v_cache, const at::Tensor& write_slots,
-                        const at::Tensor& read_slots, int64_t num_heads, int64_t num_kv_heads,
-                        int64_t window) {
+                        const at::Tensor& sin, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                        const at::Tensor& write_slots, const at::Tensor& read_slots,
+                        int64_t num_heads, int64_t num_kv_heads, int64_t window) {
   TORCH_CHECK(num_heads % num_kv_heads == 0, "num_heads must be a multiple of num_kv_heads");
   const int64_t batch = qkv.size(0);
   const int64_t width = k_cache.size(2);  // values, or q8_0 bytes
   const int64_t dim = std::is_same_v<T, BlockQ8> ? width / 34 * kQ8Block : width;
   const int64_t head_units = units<T>(dim);  // a head's row in T
   const int64_t group = num_heads / num_kv_heads;
-  TORCH_CHECK(qkv.size(1) == (num_heads + 2 * num_kv_heads) * dim && k_cache.size(1) == num_kv_heads,
-              "qkv and cache shapes disagree with the head counts");
-  TORCH_CHECK(positions.size(0) == batch && write_slots.size(0) == batch &&
-                  read_slots.size(0) == batch,
-              "positions, write_slots and read_slots need one row per sequence");
+  TORCH_CHECK(
+      qkv.size(1) == (num_heads + 2 * num_kv_heads) * dim && k_cache.size(1) == num_kv_heads,
+      "qkv and cache shapes disagree with the head counts");
+  TORCH_CHECK(
+      positions.size(0) == batch && write_slots.size(0) == batch && read_slots.size(0) == batch,
+      "positions, write_slots and read_slots need one row per sequence");
   const at::Tensor pos = positions.to(at::kLong).contiguous();
   const at::Tensor writes = write_slots.to(at::kLong).contiguous();
   const at::Tensor reads = read_slots.to(at::kLong).contiguous();
@@ -429,11 +429,12 @@ at::Tensor attend_batch(const at::Tensor& qkv, const at::Tensor& positions, cons
   const int64_t* r = reads.data_ptr<int64_t>();
   const int64_t max_keys = reads.size(1), slots = k_cache.size(0);
   for (int64_t b = 0; b < batch; ++b) {
-    TORCH_CHECK(p[b] >= 0 && p[b] < max_keys && p[b] < cos_t.size(0),
-                "position ", p[b], " outside the read slots or the rope table");
+    TORCH_CHECK(p[b] >= 0 && p[b] < max_keys && p[b] < cos_t.size(0), "position ", p[b],
+                " outside the read slots or the rope table");
     TORCH_CHECK(w[b] >= 0 && w[b] < slots, "write slot ", w[b], " outside the cache");
     for (int64_t t = 0; t <= p[b]; ++t) {
-      TORCH_CHECK(r[b * max_keys + t] >= 0 && r[b * max_keys + t] < slots, "read slot outside the cache");
+      TORCH_CHECK(r[b * max_keys + t] >= 0 && r[b * max_keys + t] < slots,
+                  "read slot outside the cache");
     }
   }
   const float* in = qkv.data_ptr<float>();
@@ -450,7 +451,8 @@ at::Tensor attend_batch(const at::Tensor& qkv, const at::Tensor& positions, cons
     const float* row = in + b * in_stride;
     const float* c = cos_data + p[b] * dim;
     const float* s = sin_data + p[b] * dim;
-    for (int64_t h = 0; h < num_heads; ++h) rope(row + h * dim, c, s, dim, q + (b * num_heads + h) * dim);
+    for (int64_t h = 0; h < num_heads; ++h)
+      rope(row + h * dim, c, s, dim, q + (b * num_heads + h) * dim);
     for (int64_t h = 0; h < num_kv_heads; ++h) {
       rope(row + (num_heads + h) * dim, c, s, dim, rotated.data());
       store_row(rotated.data(), kc + w[b] * row_stride + h * head_units, dim);
@@ -490,9 +492,9 @@ at::Tensor attend_batch(const at::Tensor& qkv, const at::Tensor& positions, cons
   // them), else one query head (at one sequence, kv-head items left a thread idle for a third
   // of the layer). Every output is the same sum in the same order whichever the items are.
   const int64_t threads = at::get_num_threads();
-  const int64_t per_item = num_short >= 4 * threads                     ? num_heads
+  const int64_t per_item = num_short >= 4 * threads                  ? num_heads
                            : num_short * num_kv_heads >= 4 * threads ? group
-                                                                      : 1;
+                                                                     : 1;
   const int64_t short_items = num_short * num_heads / per_item;
   const int64_t items = num_parts + short_items;
   parallel_chunks(items, 1, [&](int64_t begin, int64_t end) {
@@ -506,10 +508,9 @@ at::Tensor attend_batch(const at::Tensor& qkv, const at::Tensor& positions, cons
         const int64_t start = first_key[b] + chunk * kChunkKeys;
         const int64_t n = std::min(kChunkKeys, p[b] + 1 - start);
         float* part = parts.data() + item * part_floats;
-        attend_chunk_heads(group, q + (b * num_heads + kvh * group) * dim,
-                           kc + kvh * head_units, vc + kvh * head_units,
-                           r + b * max_keys + start, n, row_stride, dim, scale,
-                           scores.data(), kChunkKeys, part, part + group * dim,
+        attend_chunk_heads(group, q + (b * num_heads + kvh * group) * dim, kc + kvh * head_units,
+                           vc + kvh * head_units, r + b * max_keys + start, n, row_stride, dim,
+                           scale, scores.data(), kChunkKeys, part, part + group * dim,
                            part + group * (dim + 1));
         continue;
       }

@@ -44,7 +44,7 @@ enum class PartKind : int64_t {
   kQ5_0RecordsInt8 = 6,
   kQ5_1RecordsInt8 = 7,
 };
-constexpr int64_t kPartFields = 5;  // linear index, kind, ggml type, out_features, woven
+constexpr int64_t kPartFields = 5;   // linear index, kind, ggml type, out_features, woven
 constexpr int kLinearsPerLayer = 4;  // qkv, o, gate_up, down
 
 struct Part {
@@ -62,14 +62,15 @@ bool is_records(PartKind kind) {
 }
 
 std::vector<Linear> read_linears(at::TensorList weights, at::IntArrayRef fields, size_t count) {
-  TORCH_CHECK(static_cast<int64_t>(fields.size()) == kPartFields * static_cast<int64_t>(weights.size()),
-              "parts must hold ", kPartFields, " integers per weight");
+  TORCH_CHECK(
+      static_cast<int64_t>(fields.size()) == kPartFields * static_cast<int64_t>(weights.size()),
+      "parts must hold ", kPartFields, " integers per weight");
   std::vector<Linear> linears(count);
   int64_t last = -1;
   for (size_t i = 0; i < weights.size(); ++i) {
     const int64_t* f = fields.data() + kPartFields * i;
-    TORCH_CHECK(f[0] >= last && f[0] < static_cast<int64_t>(count), "part ", i,
-                " names linear ", f[0], ": parts must come in the linears' order");
+    TORCH_CHECK(f[0] >= last && f[0] < static_cast<int64_t>(count), "part ", i, " names linear ",
+                f[0], ": parts must come in the linears' order");
     TORCH_CHECK(f[1] >= 0 && f[1] <= 7, "part ", i, " has unknown kind ", f[1]);
     last = f[0];
     linears[f[0]].push_back({weights[i], static_cast<PartKind>(f[1]), f[2], f[3], f[4]});
@@ -112,10 +113,9 @@ at::Tensor apply(const Linear& linear, const at::Tensor& x, const c10::optional<
   const Part& first = linear[0];
   const c10::optional<at::Tensor> norm_weight =
       norm.defined() ? c10::optional<at::Tensor>(norm) : c10::nullopt;
-  const bool int8 = first.kind == PartKind::kQ4_1RecordsInt8 ||
-                    first.kind == PartKind::kQ8_0RecordsInt8 ||
-                    first.kind == PartKind::kQ5_0RecordsInt8 ||
-                    first.kind == PartKind::kQ5_1RecordsInt8;
+  const bool int8 =
+      first.kind == PartKind::kQ4_1RecordsInt8 || first.kind == PartKind::kQ8_0RecordsInt8 ||
+      first.kind == PartKind::kQ5_0RecordsInt8 || first.kind == PartKind::kQ5_1RecordsInt8;
   auto records = [&](auto format) {
     return block_linear<decltype(format)::value>(x, first.weight, first.out_features, bias,
                                                  residual, norm_weight, eps, gated, panel_rows,
@@ -174,14 +174,14 @@ at::Tensor decode_layers(const at::Tensor& x, at::TensorList weights, at::IntArr
   for (size_t l = 0; l < layers; ++l) {
     const Linear* linear = &linears[kLinearsPerLayer * l];
     auto bias = [&](int i) { return biases.get(kLinearsPerLayer * l + i); };
-    const at::Tensor q = apply(linear[0], h, bias(0), c10::nullopt, input_norm[l], eps, false,
-                               panel_rows);
-    const at::Tensor heads = decode_attention(q, positions, cos, sin, k_caches[l], v_caches[l],
-                                              write_slots, read_slots, num_heads, num_kv_heads,
-                                              window);
+    const at::Tensor q =
+        apply(linear[0], h, bias(0), c10::nullopt, input_norm[l], eps, false, panel_rows);
+    const at::Tensor heads =
+        decode_attention(q, positions, cos, sin, k_caches[l], v_caches[l], write_slots, read_slots,
+                         num_heads, num_kv_heads, window);
     h = apply(linear[1], heads, bias(1), h, none, 0.0, false, panel_rows);
-    const at::Tensor gu = apply(linear[2], h, bias(2), c10::nullopt, post_norm[l], eps, false,
-                                panel_rows);
+    const at::Tensor gu =
+        apply(linear[2], h, bias(2), c10::nullopt, post_norm[l], eps, false, panel_rows);
     h = apply(linear[3], gu, bias(3), h, none, 0.0, true, panel_rows);
   }
   return h;

@@ -37,8 +37,9 @@ void tile(const uint8_t* records, int64_t run, const Rows& rows, int64_t row0, i
     x[r] = rows.x + (row0 + r) * rows.k;
     o[r] = out + (row0 + r) * out_stride;
     for (int n = 0; n < NT; ++n) {
-      const __m256 start = init == nullptr ? _mm256_setzero_ps()
-                                           : _mm256_loadu_ps(init + (row0 + r) * out_stride + 8 * n);
+      const __m256 start = init == nullptr
+                               ? _mm256_setzero_ps()
+                               : _mm256_loadu_ps(init + (row0 + r) * out_stride + 8 * n);
       _mm256_storeu_ps(o[r] + 8 * n, start);
     }
   }
@@ -86,8 +87,8 @@ void tile(const uint8_t* records, int64_t run, const Rows& rows, int64_t row0, i
 }
 #else
 template <int R, bool kQ8>
-void tile_scalar(const uint8_t* records, const Rows& rows, int64_t row0, int64_t blocks,
-                 float* out, const float* init, int64_t out_stride) {
+void tile_scalar(const uint8_t* records, const Rows& rows, int64_t row0, int64_t blocks, float* out,
+                 const float* init, int64_t out_stride) {
   for (int r = 0; r < R; ++r) {
     const float* x = rows.x + (row0 + r) * rows.k;
     float acc[kTile] = {};

@@ -14,7 +14,8 @@ namespace astrai {
 // The call touches tensors only, never a Python object.
 class ReleasedGil {
  public:
-  ReleasedGil() : state_(Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
+  ReleasedGil()
+      : state_(Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
   ~ReleasedGil() {
     if (state_ != nullptr) PyEval_RestoreThread(state_);
   }

@@ -34,8 +34,8 @@ inline float through_half(float value) { return _cvtsh_ss(_cvtss_sh(value, 0)); 
 
 // One row of k floats → codes, scales and sums, as ggml's x86 quantize_row_q8_1 (q8_0 alike):
 // d = max |x| / 127, q = x * (127 / max |x|) rounded to nearest even.
-inline void quantize_row_int8(const float* x, int64_t k, int8_t* codes, float* scales,
-                              float* sums, int32_t* totals) {
+inline void quantize_row_int8(const float* x, int64_t k, int8_t* codes, float* scales, float* sums,
+                              int32_t* totals) {
   for (int64_t b = 0; b < k / kBlock; ++b) {
     const float* in = x + b * kBlock;
     int8_t* out = codes + b * kBlock;
@@ -55,8 +55,10 @@ inline void quantize_row_int8(const float* x, int64_t k, int8_t* codes, float* s
     const __m256 inverse = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
     __m256i q[4];
     for (int i = 0; i < 4; ++i)
-      q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], inverse), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    const __m256i total = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+      q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], inverse),
+                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256i total =
+        _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
     __m128i half = _mm_add_epi32(_mm256_extracti128_si256(total, 1), _mm256_castsi256_si128(total));
     half = _mm_add_epi32(half, _mm_shuffle_epi32(half, 0x4E));
     half = _mm_add_epi32(half, _mm_shuffle_epi32(half, 0xB1));
@@ -64,8 +66,9 @@ inline void quantize_row_int8(const float* x, int64_t k, int8_t* codes, float* s
     // Packing interleaves the 128-bit lanes; the permutation puts the codes back in order.
     const __m256i words = _mm256_packs_epi32(q[0], q[1]), words2 = _mm256_packs_epi32(q[2], q[3]);
     const __m256i bytes = _mm256_packs_epi16(words, words2);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
-                        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    _mm256_storeu_si256(
+        reinterpret_cast<__m256i*>(out),
+        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 #else
     float amax = 0.0f;
     for (int64_t i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(in[i]));
@@ -139,7 +142,8 @@ void int8_tile(const uint8_t* records, int64_t blocks, const Int8Rows& rows, int
     if constexpr (!kQ8) {
       minimum = load_halves(record + 16);
       for (int j = 0; j < 4; ++j) {
-        const __m256i group = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 32 + 32 * j));
+        const __m256i group =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(record + 32 + 32 * j));
         low[j] = _mm256_and_si256(group, nibble);
         high[j] = _mm256_and_si256(_mm256_srli_epi16(group, 4), nibble);
       }

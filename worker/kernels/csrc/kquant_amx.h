@@ -36,7 +36,8 @@ struct Q4KSpread {
       for (int c = 0; c < 16; ++c) {
         const int col = c % 8, from = c < 8 ? 0 : 32;
         for (int e = 0; e < 2; ++e)
-          index[half][2 * c + e] = static_cast<uint16_t>(from + 8 * (col / 2) + 2 * (col % 2) + e + 4 * half);
+          index[half][2 * c + e] =
+              static_cast<uint16_t>(from + 8 * (col / 2) + 2 * (col % 2) + e + 4 * half);
       }
     }
     rows[0] = _mm512_load_si512(index[0]);

@@ -47,7 +47,8 @@ inline void q4_k_sub_block(const uint8_t* super, int64_t s, __m256* scale, __m25
 // each row's 8, and bytes 4-7.
 inline void q4_k_run_words(const uint8_t* run, __m256i* low, __m256i* high) {
   const __m256 a = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(run)));
-  const __m256 b = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(run + 32)));
+  const __m256 b =
+      _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(run + 32)));
   // [a0 a2 b0 b2 | a4 a6 b4 b6] = rows 0 1 4 5 | 2 3 6 7, then into row order.
   const __m256i even = _mm256_castps_si256(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
   const __m256i odd = _mm256_castps_si256(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
@@ -58,8 +59,8 @@ inline void q4_k_run_words(const uint8_t* run, __m256i* low, __m256i* high) {
 struct Q4KWoven {
   static constexpr bool kHasMin = true;
   static constexpr bool kAmx = true;  // kquant_amx.h
-  const uint8_t* weights;  // (groups of 8 rows, super-blocks, 1152) bytes
-  int64_t supers;          // super-blocks per row
+  const uint8_t* weights;             // (groups of 8 rows, super-blocks, 1152) bytes
+  int64_t supers;                     // super-blocks per row
 
   const uint8_t* super_block(int64_t tile, int64_t s) const {
     return weights + (tile * supers + s) * kQ4KWovenBytes;
@@ -116,7 +117,8 @@ inline void q6_k_row(const uint8_t* super, float* out) {
       const __m256i a = bytes(ql + 64 * n + l), b = bytes(ql + 64 * n + 32 + l);
       const __m256i h = bytes(qh + 32 * n + l);
       const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_slli_epi32(_mm256_and_si256(h, two), 4)),
+          _mm256_or_si256(_mm256_and_si256(a, low4),
+                          _mm256_slli_epi32(_mm256_and_si256(h, two), 4)),
           _mm256_or_si256(_mm256_and_si256(b, low4),
                           _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2), two), 4)),
           _mm256_or_si256(_mm256_srli_epi32(a, 4),
@@ -126,7 +128,8 @@ inline void q6_k_row(const uint8_t* super, float* out) {
       for (int64_t part = 0; part < 4; ++part) {
         const float scale = d * static_cast<float>(sc[8 * n + is + 2 * part]);
         const __m256 values = _mm256_cvtepi32_ps(_mm256_sub_epi32(q[part], offset));
-        _mm256_storeu_ps(out + 128 * n + 32 * part + l, _mm256_mul_ps(_mm256_set1_ps(scale), values));
+        _mm256_storeu_ps(out + 128 * n + 32 * part + l,
+                         _mm256_mul_ps(_mm256_set1_ps(scale), values));
       }
     }
   }
@@ -170,7 +173,8 @@ struct Q6KRows {
                          int64_t column_offset) const {
     alignas(32) float rows[kTile * kSuperBlock];
     for (int64_t s = block0 / 8; s < (block0 + count) / 8; ++s) {
-      for (int64_t c = 0; c < kTile; ++c) q6_k_row(super_block(tile * kTile + c, s), rows + c * kSuperBlock);
+      for (int64_t c = 0; c < kTile; ++c)
+        q6_k_row(super_block(tile * kTile + c, s), rows + c * kSuperBlock);
       float* out = panel + (8 * s - block0) * kBlock * kWidth + column_offset;
       for (int64_t i = 0; i < kSuperBlock; i += 8)
         transpose_8x8<kWidth>(rows + i, kSuperBlock, out + i * kWidth);

@@ -30,7 +30,9 @@ struct QuantizedRows {
 
   const int8_t* row_codes(int64_t row) const { return codes + row * k; }
   float scale(int64_t row, int64_t super) const { return scales[row * (k / kSuperBlock) + super]; }
-  const int32_t* row_sums(int64_t row, int64_t super) const { return sums + row * (k / 16) + 16 * super; }
+  const int32_t* row_sums(int64_t row, int64_t super) const {
+    return sums + row * (k / 16) + 16 * super;
+  }
   const int32_t* row_pair_sums(int64_t row, int64_t super) const {
     return pair_sums + row * (k / 64) + 4 * super;
   }
@@ -38,25 +40,28 @@ struct QuantizedRows {
 
 // Row x[0 .. k) → codes, scales, sums: codes = round(x / s), s = max |x| / 127 per 256. A sum
 // of 32 codes is at most 32 · 127 in size, so it fits a 16-bit word.
-inline void quantize_row_q8(const float* x, int64_t k, int8_t* codes, float* scales,
-                            int32_t* sums, int32_t* pair_sums) {
+inline void quantize_row_q8(const float* x, int64_t k, int8_t* codes, float* scales, int32_t* sums,
+                            int32_t* pair_sums) {
   for (int64_t s = 0; s < k / kSuperBlock; ++s) {
     const float* in = x + s * kSuperBlock;
     __m512 amax = _mm512_setzero_ps();
-    for (int64_t i = 0; i < kSuperBlock; i += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(in + i)));
+    for (int64_t i = 0; i < kSuperBlock; i += 16)
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(in + i)));
     const float top = _mm512_reduce_max_ps(amax);
     scales[s] = top / 127.0f;
     const __m512 inverse = _mm512_set1_ps(top > 0 ? 127.0f / top : 0.0f);
     int32_t* block_sums = sums + s * (kSuperBlock / 16);
     for (int64_t i = 0; i < kSuperBlock; i += 16) {
       const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(in + i), inverse));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + s * kSuperBlock + i), _mm512_cvtsepi32_epi8(a));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + s * kSuperBlock + i),
+                       _mm512_cvtsepi32_epi8(a));
       block_sums[i / 16] = _mm512_reduce_add_epi32(a);
     }
     for (int p = 0; p < 4; ++p) {
       const int32_t even = block_sums[4 * p] + block_sums[4 * p + 1];
       const int32_t odd = block_sums[4 * p + 2] + block_sums[4 * p + 3];
-      pair_sums[4 * s + p] = static_cast<int32_t>(static_cast<uint16_t>(even) | (static_cast<uint32_t>(odd) << 16));
+      pair_sums[4 * s + p] =
+          static_cast<int32_t>(static_cast<uint16_t>(even) | (static_cast<uint32_t>(odd) << 16));
     }
   }
 }
@@ -75,13 +80,20 @@ struct Q4KScales {
     // bits of rows 4-7's), w1 (minimums likewise), w2 (low nibbles of rows 4-7's); lane s of
     // w0, w1, w2 below (lanes 8-15 unused).
     const __m512i head = _mm512_loadu_si512(super + 32), tail = _mm512_loadu_si512(super + 96);
-    const __m512i three = _mm512_set_epi32(45, 42, 39, 36, 33, 30, 27, 24, 21, 18, 15, 12, 9, 6, 3, 0);
-    const __m512i w0 = _mm512_permutex2var_epi32(head, _mm512_and_si512(three, _mm512_set1_epi32(31)), tail);
+    const __m512i three =
+        _mm512_set_epi32(45, 42, 39, 36, 33, 30, 27, 24, 21, 18, 15, 12, 9, 6, 3, 0);
+    const __m512i w0 =
+        _mm512_permutex2var_epi32(head, _mm512_and_si512(three, _mm512_set1_epi32(31)), tail);
     const __m512i w1 = _mm512_permutex2var_epi32(
-        head, _mm512_and_si512(_mm512_add_epi32(three, _mm512_set1_epi32(1)), _mm512_set1_epi32(31)), tail);
+        head,
+        _mm512_and_si512(_mm512_add_epi32(three, _mm512_set1_epi32(1)), _mm512_set1_epi32(31)),
+        tail);
     const __m512i w2 = _mm512_permutex2var_epi32(
-        head, _mm512_and_si512(_mm512_add_epi32(three, _mm512_set1_epi32(2)), _mm512_set1_epi32(31)), tail);
-    const __m512i six = _mm512_set1_epi8(0x3F), four = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
+        head,
+        _mm512_and_si512(_mm512_add_epi32(three, _mm512_set1_epi32(2)), _mm512_set1_epi32(31)),
+        tail);
+    const __m512i six = _mm512_set1_epi8(0x3F), four = _mm512_set1_epi8(0x0F),
+                  top = _mm512_set1_epi8(0x30);
     const __m512i sc_low = _mm512_and_si512(w0, six), mn_low = _mm512_and_si512(w1, six);
     const __m512i sc_high = _mm512_or_si512(_mm512_and_si512(w2, four),
                                             _mm512_and_si512(_mm512_srli_epi32(w0, 2), top));
@@ -106,7 +118,8 @@ struct Q4KScales {
     for (int q = 0; q < 4; ++q)
       scale_pair[q] = _mm512_or_si512(scale[2 * q], _mm512_slli_epi32(scale[2 * q + 1], 16));
     for (int p = 0; p < 4; ++p)
-      minimum[p] = _mm512_cvtepu32_epi64(_mm256_or_si256(each[2 * p], _mm256_slli_epi32(each[2 * p + 1], 16)));
+      minimum[p] = _mm512_cvtepu32_epi64(
+          _mm256_or_si256(each[2 * p], _mm256_slli_epi32(each[2 * p + 1], 16)));
   }
 };
 
@@ -134,7 +147,8 @@ inline void in_runs_of(int64_t m, const F& run) {
 // 8 fp16 at p as floats, each twice (lanes 2r and 2r + 1).
 inline __m512 halves_twice(const uint8_t* p) {
   const __m512 once = _mm512_castps256_ps512(load_halves(p));
-  return _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), once);
+  return _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0),
+                               once);
 }
 
 // Bytes ahead of the super-block being multiplied that are requested from memory: enough to
@@ -188,7 +202,8 @@ inline void q4_k_gemv_group(const uint8_t* weights, int64_t supers, int64_t grou
       // pair), in each column's even lane.
       const int32_t* pairs = x.row_pair_sums(row, s);
       __m512i m = _mm512_setzero_si512();
-      for (int p = 0; p < 4; ++p) m = _mm512_dpwssd_epi32(m, scales.minimum[p], _mm512_set1_epi32(pairs[p]));
+      for (int p = 0; p < 4; ++p)
+        m = _mm512_dpwssd_epi32(m, scales.minimum[p], _mm512_set1_epi32(pairs[p]));
       dot[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dmin, xs), dot[r]);
     }
   }

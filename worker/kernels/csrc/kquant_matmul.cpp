@@ -35,8 +35,8 @@ constexpr int64_t kGgmlQ6K = 14;
 // Q4_K weight (woven) and, where `q6k_any_rows` is false, every Q6_K one in whole tiles.
 at::Tensor checked_input(const char* op, const at::Tensor& x_in, const at::Tensor& weight,
                          int64_t type, int64_t n, bool q6k_any_rows) {
-  TORCH_CHECK(type == kGgmlQ4K || type == kGgmlQ6K, op, " takes Q4_K (", kGgmlQ4K,
-              ") or Q6_K (", kGgmlQ6K, "), got type ", type);
+  TORCH_CHECK(type == kGgmlQ4K || type == kGgmlQ6K, op, " takes Q4_K (", kGgmlQ4K, ") or Q6_K (",
+              kGgmlQ6K, "), got type ", type);
   TORCH_CHECK(x_in.dim() == 2, "x must be (rows, in)");
   TORCH_CHECK(weight.scalar_type() == at::kByte && weight.dim() == 2 && weight.is_contiguous(),
               "weight must be a contiguous (rows, row bytes) uint8 tensor");
@@ -45,7 +45,8 @@ at::Tensor checked_input(const char* op, const at::Tensor& x_in, const at::Tenso
   const bool whole_tiles = type == kGgmlQ4K || !q6k_any_rows;
   TORCH_CHECK(weight.size(0) == n && (!whole_tiles || n % kTile == 0), "weight has ",
               weight.size(0), " rows; out_features ", n, " must equal it",
-              whole_tiles ? " and be a multiple of " : "", whole_tiles ? std::to_string(kTile) : "");
+              whole_tiles ? " and be a multiple of " : "",
+              whole_tiles ? std::to_string(kTile) : "");
   const int64_t block_bytes = type == kGgmlQ4K ? kQ4KWovenBytes / kTile : kQ6KBytes;
   TORCH_CHECK(weight.size(1) == k / kSuperBlock * block_bytes, "weight rows of ", weight.size(1),
               " bytes do not hold ", k, " inputs");
@@ -75,8 +76,9 @@ at::Tensor kquant_linear(const at::Tensor& x_in, const at::Tensor& weight, int64
 // A Q6_K weight as the file holds it (rows, row bytes) → the same bytes grouped for our
 // kernels (kquant_q6k_grouped.h).
 at::Tensor kquant_q6k_group(const at::Tensor& weight) {
-  TORCH_CHECK(weight.scalar_type() == at::kByte && weight.dim() == 2 && weight.size(1) % kQ6KBytes == 0,
-              "a Q6_K weight is a (rows, super-blocks x 210) uint8 tensor");
+  TORCH_CHECK(
+      weight.scalar_type() == at::kByte && weight.dim() == 2 && weight.size(1) % kQ6KBytes == 0,
+      "a Q6_K weight is a (rows, super-blocks x 210) uint8 tensor");
   const at::Tensor in = weight.contiguous();
   at::Tensor out = at::empty(in.sizes(), in.options());
 #if defined(ASTRAI_KQUANT_GEMV)
@@ -84,7 +86,8 @@ at::Tensor kquant_q6k_group(const at::Tensor& weight) {
   const uint8_t* src = in.data_ptr<uint8_t>();
   uint8_t* dst = out.data_ptr<uint8_t>();
   parallel_chunks(blocks, 1024, [&](int64_t first, int64_t last) {
-    for (int64_t b = first; b < last; ++b) q6_k_group_super(src + b * kQ6KBytes, dst + b * kQ6KBytes);
+    for (int64_t b = first; b < last; ++b)
+      q6_k_group_super(src + b * kQ6KBytes, dst + b * kQ6KBytes);
   });
 #else
   TORCH_CHECK(false, "kquant_q6k_group needs AVX-512 VNNI (see kquant_gemv_available)");
@@ -94,21 +97,25 @@ at::Tensor kquant_q6k_group(const at::Tensor& weight) {
 
 // Rows `ids` of a grouped Q6_K weight (a tied token embedding read from the output layer's
 // one copy) as float32, each as dequantize_row_q6_K makes it.
-at::Tensor kquant_q6k_grouped_rows(const at::Tensor& weight, const at::Tensor& ids_in, int64_t in_features) {
+at::Tensor kquant_q6k_grouped_rows(const at::Tensor& weight, const at::Tensor& ids_in,
+                                   int64_t in_features) {
   TORCH_CHECK(weight.scalar_type() == at::kByte && weight.dim() == 2 && weight.is_contiguous() &&
-                  in_features % kSuperBlock == 0 && weight.size(1) == in_features / kSuperBlock * kQ6KBytes,
+                  in_features % kSuperBlock == 0 &&
+                  weight.size(1) == in_features / kSuperBlock * kQ6KBytes,
               "a grouped Q6_K weight is a contiguous (rows, in_features / 256 x 210) uint8 tensor");
   const at::Tensor ids = ids_in.to(at::kLong).contiguous().view(-1);
   const int64_t n = ids.size(0), count = weight.size(0), supers = in_features / kSuperBlock;
   at::Tensor out = at::empty({n, in_features}, weight.options().dtype(at::kFloat));
   const int64_t* index = ids.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i) TORCH_CHECK(index[i] >= 0 && index[i] < count, "row ", index[i], " out of range ", count);
+  for (int64_t i = 0; i < n; ++i)
+    TORCH_CHECK(index[i] >= 0 && index[i] < count, "row ", index[i], " out of range ", count);
 #if defined(ASTRAI_KQUANT_GEMV)
   const uint8_t* src = weight.data_ptr<uint8_t>();
   float* dst = out.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i)
     for (int64_t s = 0; s < supers; ++s)
-      q6_k_grouped_row(src + (index[i] * supers + s) * kQ6KBytes, dst + i * in_features + s * kSuperBlock);
+      q6_k_grouped_row(src + (index[i] * supers + s) * kQ6KBytes,
+                       dst + i * in_features + s * kSuperBlock);
 #else
   TORCH_CHECK(false, "kquant_q6k_grouped_rows needs AVX-512 VNNI (see kquant_gemv_available)");
 #endif
@@ -155,7 +162,8 @@ at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t
     for (int64_t r = first; r < last; ++r) {
       int8_t* row_codes = codes.data_ptr<int8_t>() + r * k;
       quantize_row_q8(in + r * k, k, row_codes, scales.data_ptr<float>() + r * (k / kSuperBlock),
-                      sums.data_ptr<int32_t>() + r * (k / 16), pair_sums.data_ptr<int32_t>() + r * (k / 64));
+                      sums.data_ptr<int32_t>() + r * (k / 16),
+                      pair_sums.data_ptr<int32_t>() + r * (k / 64));
       if (type != kGgmlQ4K) group_row_codes(row_codes, k, grouped.data_ptr<int8_t>() + r * k);
     }
   });

@@ -34,19 +34,22 @@ struct Q6KBlock {
   explicit Q6KBlock(const uint8_t* super) {
     const __m512i low4 = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(0x03);
     // Per 16-bit word: the high bits' shift for the first 32 bytes and for the last 32.
-    const __m512i first = _mm512_set_epi64(0x0002000200020002, 0x0002000200020002, 0x0002000200020002,
-                                           0x0002000200020002, 0, 0, 0, 0);
-    const __m512i second = _mm512_set_epi64(0x0006000600060006, 0x0006000600060006, 0x0006000600060006,
-                                            0x0006000600060006, 0x0004000400040004, 0x0004000400040004,
-                                            0x0004000400040004, 0x0004000400040004);
+    const __m512i first = _mm512_set_epi64(0x0002000200020002, 0x0002000200020002,
+                                           0x0002000200020002, 0x0002000200020002, 0, 0, 0, 0);
+    const __m512i second = _mm512_set_epi64(
+        0x0006000600060006, 0x0006000600060006, 0x0006000600060006, 0x0006000600060006,
+        0x0004000400040004, 0x0004000400040004, 0x0004000400040004, 0x0004000400040004);
     for (int half = 0; half < 2; ++half) {
       const __m512i ql = _mm512_loadu_si512(super + 64 * half);
       const __m512i qh = _mm512_broadcast_i64x4(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(super + 128 + 32 * half)));
-      const __m512i high_a = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, first), two), 4);
-      const __m512i high_b = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, second), two), 4);
+      const __m512i high_a =
+          _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, first), two), 4);
+      const __m512i high_b =
+          _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, second), two), 4);
       codes[2 * half] = _mm512_or_si512(_mm512_and_si512(ql, low4), high_a);
-      codes[2 * half + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), high_b);
+      codes[2 * half + 1] =
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4), high_b);
     }
   }
 };
@@ -85,8 +88,8 @@ inline void q6_k_group_super(const uint8_t* file, uint8_t* grouped) {
   for (int j = 0; j < 3; ++j) {
     // Vector 3's bits 2j, 2j + 1 into bits 6-7 (a 16-bit shift; the mask keeps the byte's).
     const __m512i bits = _mm512_and_si512(_mm512_srli_epi16(v3, 2 * j), two);
-    const __m512i packed = _mm512_or_si512(_mm512_load_si512(vectors[j]),
-                                           _mm512_slli_epi16(bits, 6));
+    const __m512i packed =
+        _mm512_or_si512(_mm512_load_si512(vectors[j]), _mm512_slli_epi16(bits, 6));
     _mm512_storeu_si512(grouped + 64 * j, packed);
   }
   std::memcpy(grouped + 192, file + 192, kQ6KBytes - 192);
@@ -103,7 +106,8 @@ inline void q6_k_grouped_row(const uint8_t* super, float* out) {
     const float scale = d * static_cast<float>(sc[l]);
     for (int j = 0; j < 4; ++j)
       for (int b = 0; b < 4; ++b)
-        out[16 * l + 4 * j + b] = scale * static_cast<float>(static_cast<int>(codes[j][4 * l + b]) - 32);
+        out[16 * l + 4 * j + b] =
+            scale * static_cast<float>(static_cast<int>(codes[j][4 * l + b]) - 32);
   }
 }
 
@@ -113,7 +117,8 @@ inline void group_row_codes(const int8_t* natural, int64_t k, int8_t* grouped) {
   for (int64_t s = 0; s < k / kSuperBlock; ++s)
     for (int j = 0; j < 4; ++j)
       for (int l = 0; l < 16; ++l)
-        std::memcpy(grouped + s * kSuperBlock + 64 * j + 4 * l, natural + s * kSuperBlock + 16 * l + 4 * j, 4);
+        std::memcpy(grouped + s * kSuperBlock + 64 * j + 4 * l,
+                    natural + s * kSuperBlock + 16 * l + 4 * j, 4);
 }
 
 // Bytes of grouped Q6_K rows requested ahead of the super-block being multiplied.
@@ -123,9 +128,9 @@ constexpr int64_t kQ6KGroupedAhead = 44 * kQ6KBytes;
 // over super-blocks [s0, s1): d xs Σ_l scale_l (Σ code · x − 32 Σ x) over the 16 groups l of
 // each; added to out where `add`, else stored.
 template <int kRows>
-inline void q6_k_grouped_row_dot(const uint8_t* weights, int64_t supers, int64_t c, const QuantizedRows& x,
-                                 const int8_t* grouped, int64_t first_row, int64_t s0, int64_t s1, bool add,
-                                 float* out, int64_t n) {
+inline void q6_k_grouped_row_dot(const uint8_t* weights, int64_t supers, int64_t c,
+                                 const QuantizedRows& x, const int8_t* grouped, int64_t first_row,
+                                 int64_t s0, int64_t s1, bool add, float* out, int64_t n) {
   __m512 dot[kRows];
   for (int r = 0; r < kRows; ++r) dot[r] = _mm512_setzero_ps();
   const uint8_t* row_bytes = weights + c * supers * kQ6KBytes;
@@ -140,7 +145,8 @@ inline void q6_k_grouped_row_dot(const uint8_t* weights, int64_t supers, int64_t
       const int8_t* codes = grouped + row * x.k + s * kSuperBlock;
       __m512i sum = _mm512_sub_epi32(_mm512_setzero_si512(),
                                      _mm512_slli_epi32(_mm512_loadu_si512(x.row_sums(row, s)), 5));
-      for (int j = 0; j < 4; ++j) sum = _mm512_dpbusd_epi32(sum, block.codes[j], _mm512_loadu_si512(codes + 64 * j));
+      for (int j = 0; j < 4; ++j)
+        sum = _mm512_dpbusd_epi32(sum, block.codes[j], _mm512_loadu_si512(codes + 64 * j));
       dot[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_mullo_epi32(sum, block.scales)),
                                _mm512_set1_ps(d * x.scale(row, s)), dot[r]);
     }
@@ -162,10 +168,11 @@ constexpr int64_t kQ6KColumnBlockBytes = 256 * 1024;
 // per block of columns and slice of the inputs, each run of rows in turn (the block's weights
 // read once from memory, then from L2; a run's slice of activations from L1).
 inline void q6_k_grouped_gemv(const uint8_t* weights, int64_t supers, const QuantizedRows& x,
-                              const int8_t* grouped, int64_t m, int64_t first, int64_t last, float* out,
-                              int64_t n) {
+                              const int8_t* grouped, int64_t m, int64_t first, int64_t last,
+                              float* out, int64_t n) {
   const int64_t run_rows = std::min<int64_t>(m, 8);
-  const int64_t slice = std::clamp<int64_t>(kQ6KActivationBytes / (run_rows * kSuperBlock), 1, supers);
+  const int64_t slice =
+      std::clamp<int64_t>(kQ6KActivationBytes / (run_rows * kSuperBlock), 1, supers);
   const int64_t block = std::max<int64_t>(1, kQ6KColumnBlockBytes / (slice * kQ6KBytes));
   for (int64_t c0 = first; c0 < last; c0 += block) {
     const int64_t c1 = std::min(last, c0 + block);

@@ -50,8 +50,8 @@ void dequantize(const uint8_t* records, int64_t block0, int64_t count, float* pa
 // out[0 .. R, 0 .. 8 NV] (+)= x[0 .. R, inputs] @ panel[inputs, 0 .. 8 NV], for the rows left
 // over after the 6-row tiles.
 template <int R, int NV>
-void panel_tile(const float* panel, int64_t inputs, const float* x, int64_t x_stride,
-                float* out, int64_t out_stride, bool accumulate) {
+void panel_tile(const float* panel, int64_t inputs, const float* x, int64_t x_stride, float* out,
+                int64_t out_stride, bool accumulate) {
   __m256 acc[R][NV];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v)
@@ -70,40 +70,52 @@ void panel_tile(const float* panel, int64_t inputs, const float* x, int64_t x_st
 
 // The 6 x 16 micro-kernel, its 12 accumulators named one by one: held in an array, GCC kept a
 // copy of each in memory and stored all 12 every input, halving the speed (seen in its asm).
-#define ASTRAI_ROW(r, a, b)                                                   \
-  {                                                                           \
-    const __m256 xi = _mm256_broadcast_ss(x + (r) * x_stride + i);           \
-    a = _mm256_fmadd_ps(w0, xi, a);                                           \
-    b = _mm256_fmadd_ps(w1, xi, b);                                           \
+#define ASTRAI_ROW(r, a, b)                                        \
+  {                                                                \
+    const __m256 xi = _mm256_broadcast_ss(x + (r) * x_stride + i); \
+    a = _mm256_fmadd_ps(w0, xi, a);                                \
+    b = _mm256_fmadd_ps(w1, xi, b);                                \
   }
-#define ASTRAI_LOAD(r, a, b)                                                  \
+#define ASTRAI_LOAD(r, a, b)                                                      \
   a = accumulate ? _mm256_loadu_ps(out + (r) * out_stride) : _mm256_setzero_ps(); \
   b = accumulate ? _mm256_loadu_ps(out + (r) * out_stride + 8) : _mm256_setzero_ps();
-#define ASTRAI_STORE(r, a, b)                      \
-  _mm256_storeu_ps(out + (r) * out_stride, a);     \
+#define ASTRAI_STORE(r, a, b)                  \
+  _mm256_storeu_ps(out + (r) * out_stride, a); \
   _mm256_storeu_ps(out + (r) * out_stride + 8, b);
 
 inline void panel_tile_6x16(const float* panel, int64_t inputs, const float* x, int64_t x_stride,
                             float* out, int64_t out_stride, bool accumulate) {
   __m256 a0, b0, a1, b1, a2, b2, a3, b3, a4, b4, a5, b5;
-  ASTRAI_LOAD(0, a0, b0) ASTRAI_LOAD(1, a1, b1) ASTRAI_LOAD(2, a2, b2)
-  ASTRAI_LOAD(3, a3, b3) ASTRAI_LOAD(4, a4, b4) ASTRAI_LOAD(5, a5, b5)
+  ASTRAI_LOAD(0, a0, b0)
+  ASTRAI_LOAD(1, a1, b1)
+  ASTRAI_LOAD(2, a2, b2)
+  ASTRAI_LOAD(3, a3, b3)
+  ASTRAI_LOAD(4, a4, b4)
+  ASTRAI_LOAD(5, a5, b5)
   for (int64_t i = 0; i < inputs; ++i) {
     const __m256 w0 = _mm256_load_ps(panel + i * kPanelWidth);
     const __m256 w1 = _mm256_load_ps(panel + i * kPanelWidth + 8);
-    ASTRAI_ROW(0, a0, b0) ASTRAI_ROW(1, a1, b1) ASTRAI_ROW(2, a2, b2)
-    ASTRAI_ROW(3, a3, b3) ASTRAI_ROW(4, a4, b4) ASTRAI_ROW(5, a5, b5)
+    ASTRAI_ROW(0, a0, b0)
+    ASTRAI_ROW(1, a1, b1)
+    ASTRAI_ROW(2, a2, b2)
+    ASTRAI_ROW(3, a3, b3)
+    ASTRAI_ROW(4, a4, b4)
+    ASTRAI_ROW(5, a5, b5)
   }
-  ASTRAI_STORE(0, a0, b0) ASTRAI_STORE(1, a1, b1) ASTRAI_STORE(2, a2, b2)
-  ASTRAI_STORE(3, a3, b3) ASTRAI_STORE(4, a4, b4) ASTRAI_STORE(5, a5, b5)
+  ASTRAI_STORE(0, a0, b0)
+  ASTRAI_STORE(1, a1, b1)
+  ASTRAI_STORE(2, a2, b2)
+  ASTRAI_STORE(3, a3, b3)
+  ASTRAI_STORE(4, a4, b4)
+  ASTRAI_STORE(5, a5, b5)
 }
 #undef ASTRAI_ROW
 #undef ASTRAI_LOAD
 #undef ASTRAI_STORE
 
 template <int NV>
-void panel_rows(const float* panel, int64_t inputs, const float* x, int64_t x_stride,
-                int64_t rows, float* out, int64_t out_stride, bool accumulate) {
+void panel_rows(const float* panel, int64_t inputs, const float* x, int64_t x_stride, int64_t rows,
+                float* out, int64_t out_stride, bool accumulate) {
   int64_t r = 0;
   for (; r + 6 <= rows; r += 6) {
     const float* xr = x + r * x_stride;

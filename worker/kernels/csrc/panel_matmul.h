@@ -99,11 +99,11 @@ void amx_panel_matmul(const Source& source, const float* x_rows, int64_t m, int6
       const int64_t count = std::min(row_block, m - row0);
       if (g < amx_groups) {
         const int64_t quad0 = g * width;
-        amx_columns(source, blocks, quad0, std::min(width, quads - quad0), split, row0, count,
-                    m, out, stride);
+        amx_columns(source, blocks, quad0, std::min(width, quads - quad0), split, row0, count, m,
+                    out, stride);
       } else {
-        panel_columns(source, tiles, blocks, first_pair + 2 * (g - amx_groups),
-                      x_rows + row0 * k, count, out + row0 * stride, stride);
+        panel_columns(source, tiles, blocks, first_pair + 2 * (g - amx_groups), x_rows + row0 * k,
+                      count, out + row0 * stride, stride);
       }
     }
   });

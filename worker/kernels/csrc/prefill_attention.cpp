@@ -79,8 +79,8 @@ inline void block_scores(const float* q, int64_t dim, const float* key_t, int64_
 
 // out_i[d0 .. d0 + NV lanes) += sum_j probs[i][j] values[j][d0 ..], over `keys` keys, R rows.
 template <int R, int NV>
-inline void block_values(const float* probs, const float* values, int64_t v_stride,
-                         int64_t keys, float* out, int64_t out_stride) {
+inline void block_values(const float* probs, const float* values, int64_t v_stride, int64_t keys,
+                         float* out, int64_t out_stride) {
   V acc[R][NV];
   for (int i = 0; i < R; ++i) {
     for (int c = 0; c < NV; ++c) acc[i][c] = Vec::load(out + i * out_stride + c * Vec::kLanes);
@@ -123,18 +123,30 @@ void rows_values(const float* probs, const float* values, int64_t v_stride, int6
 template <typename F>
 void with_rows(int64_t rows, const F& f) {
   switch (rows) {
-    case 6: f(std::integral_constant<int, 6>{}); break;
-    case 5: f(std::integral_constant<int, 5>{}); break;
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    case 3: f(std::integral_constant<int, 3>{}); break;
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    default: f(std::integral_constant<int, 1>{}); break;
+    case 6:
+      f(std::integral_constant<int, 6>{});
+      break;
+    case 5:
+      f(std::integral_constant<int, 5>{});
+      break;
+    case 4:
+      f(std::integral_constant<int, 4>{});
+      break;
+    case 3:
+      f(std::integral_constant<int, 3>{});
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    default:
+      f(std::integral_constant<int, 1>{});
+      break;
   }
 }
 
 // key_t (T / 64 blocks, D, 64) of one kv head: each block of keys transposed, zeros past T.
-void transpose_keys(const float* k, int64_t key_stride, int64_t total, int64_t dim,
-                    int64_t block, float* key_t) {
+void transpose_keys(const float* k, int64_t key_stride, int64_t total, int64_t dim, int64_t block,
+                    float* key_t) {
   const int64_t key0 = block * kKeys, n = std::min(kKeys, total - key0);
   float* out = key_t + block * dim * kKeys;
   for (int64_t j = 0; j < n; ++j) {

@@ -27,10 +27,10 @@
 #include "direct_kernel.h"
 #include "int8_kernel.h"
 #include "ops.h"
-#include "q5_kernel.h"
 #include "panel_matmul.h"
-#include "wide_direct_kernel.h"
 #include "parallel.h"
+#include "q5_kernel.h"
+#include "wide_direct_kernel.h"
 
 namespace astrai {
 namespace {
@@ -162,8 +162,8 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
   TORCH_CHECK(int8 || !int8_only(kFormat), "Q5_0 and Q5_1 records take 8-bit activations only");
   TORCH_CHECK(x.size(1) == (gated ? 2 * k : k), "x has ", x.size(1), " columns, the weight takes ",
               k, gated ? " (times 2: gate and up)" : "");
-  TORCH_CHECK(n <= tiles * kTile && n > (tiles - 1) * kTile,
-              "out_features ", n, " does not match ", tiles, " tiles of ", kTile);
+  TORCH_CHECK(n <= tiles * kTile && n > (tiles - 1) * kTile, "out_features ", n, " does not match ",
+              tiles, " tiles of ", kTile);
   at::Tensor norm;
   if (norm_weight.has_value()) {
     norm = norm_weight->to(at::kFloat).contiguous();
@@ -193,9 +193,9 @@ at::Tensor block_linear(const at::Tensor& x, const at::Tensor& weight, int64_t o
   return result;
 }
 
-#define ASTRAI_BLOCK_LINEAR(format)                                                          \
-  template at::Tensor block_linear<format>(                                                  \
-      const at::Tensor&, const at::Tensor&, int64_t, const c10::optional<at::Tensor>&,     \
+#define ASTRAI_BLOCK_LINEAR(format)                                                              \
+  template at::Tensor block_linear<format>(                                                      \
+      const at::Tensor&, const at::Tensor&, int64_t, const c10::optional<at::Tensor>&,           \
       const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&, double, bool, int64_t, \
       bool);
 ASTRAI_BLOCK_LINEAR(Records::kQ4_1)

@@ -24,24 +24,26 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
   at::Tensor out = at::empty({rows, width}, in.options());
   const float* src = in.data_ptr<float>();
   float* dst = out.data_ptr<float>();
-  at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(width, 1)),
-                   [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* gate = src + r * 2 * width;
-      const float* up = gate + width;
-      float* o = dst + r * width;
-      int64_t i = 0;
+  at::parallel_for(
+      0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(width, 1)),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const float* gate = src + r * 2 * width;
+          const float* up = gate + width;
+          float* o = dst + r * width;
+          int64_t i = 0;
 #if defined(__AVX2__)
-      const __m256 one = _mm256_set1_ps(1.0f);
-      for (; i + 8 <= width; i += 8) {
-        const __m256 g = _mm256_loadu_ps(gate + i);
-        const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
-        _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_mul_ps(g, sig), _mm256_loadu_ps(up + i)));
-      }
+          const __m256 one = _mm256_set1_ps(1.0f);
+          for (; i + 8 <= width; i += 8) {
+            const __m256 g = _mm256_loadu_ps(gate + i);
+            const __m256 sig =
+                _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_mul_ps(g, sig), _mm256_loadu_ps(up + i)));
+          }
 #endif
-      for (; i < width; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-    }
-  });
+          for (; i < width; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+        }
+      });
   return out;
 }
 

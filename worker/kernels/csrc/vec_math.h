@@ -56,8 +56,8 @@ inline __m256 exp8(__m256 x) {
   y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
   y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
   y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  const __m256i pow2 = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i pow2 =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2));
 }
 #endif

@@ -57,8 +57,8 @@ constexpr int pair_chains() {
 // The direct kernel (direct_kernel.h's tile<R, kQ8, 2>) with the pair in one register:
 // out rows [row0, row0 + R), the 16 columns of tiles at records and records + run.
 template <int R, bool kQ8>
-void tile_pair(const uint8_t* records, int64_t run, const Rows& rows, int64_t row0,
-               int64_t blocks, float* out, const float* init, int64_t out_stride) {
+void tile_pair(const uint8_t* records, int64_t run, const Rows& rows, int64_t row0, int64_t blocks,
+               float* out, const float* init, int64_t out_stride) {
   constexpr int kChains = pair_chains<R>();
   constexpr int64_t kRecord = record_bytes<kQ8>();
   const float* x[R];
@@ -66,8 +66,8 @@ void tile_pair(const uint8_t* records, int64_t run, const Rows& rows, int64_t ro
   for (int r = 0; r < R; ++r) {
     x[r] = rows.x + (row0 + r) * rows.k;
     o[r] = out + (row0 + r) * out_stride;
-    const __m512 start = init == nullptr ? _mm512_setzero_ps()
-                                         : _mm512_loadu_ps(init + (row0 + r) * out_stride);
+    const __m512 start =
+        init == nullptr ? _mm512_setzero_ps() : _mm512_loadu_ps(init + (row0 + r) * out_stride);
     _mm512_storeu_ps(o[r], start);
   }
   for (int64_t b = 0; b < blocks; ++b) {
@@ -109,14 +109,29 @@ void tile_rows_pair(const uint8_t* records, int64_t run, const Rows& rows, int64
   int64_t r = begin;
   for (; r + 8 <= end; r += 8) tile_pair<8, kQ8>(records, run, rows, r, blocks, out, init, stride);
   switch (end - r) {
-    case 7: tile_pair<7, kQ8>(records, run, rows, r, blocks, out, init, stride); break;
-    case 6: tile_pair<6, kQ8>(records, run, rows, r, blocks, out, init, stride); break;
-    case 5: tile_pair<5, kQ8>(records, run, rows, r, blocks, out, init, stride); break;
-    case 4: tile_pair<4, kQ8>(records, run, rows, r, blocks, out, init, stride); break;
-    case 3: tile_pair<3, kQ8>(records, run, rows, r, blocks, out, init, stride); break;
-    case 2: tile_pair<2, kQ8>(records, run, rows, r, blocks, out, init, stride); break;
-    case 1: tile_pair<1, kQ8>(records, run, rows, r, blocks, out, init, stride); break;
-    default: break;
+    case 7:
+      tile_pair<7, kQ8>(records, run, rows, r, blocks, out, init, stride);
+      break;
+    case 6:
+      tile_pair<6, kQ8>(records, run, rows, r, blocks, out, init, stride);
+      break;
+    case 5:
+      tile_pair<5, kQ8>(records, run, rows, r, blocks, out, init, stride);
+      break;
+    case 4:
+      tile_pair<4, kQ8>(records, run, rows, r, blocks, out, init, stride);
+      break;
+    case 3:
+      tile_pair<3, kQ8>(records, run, rows, r, blocks, out, init, stride);
+      break;
+    case 2:
+      tile_pair<2, kQ8>(records, run, rows, r, blocks, out, init, stride);
+      break;
+    case 1:
+      tile_pair<1, kQ8>(records, run, rows, r, blocks, out, init, stride);
+      break;
+    default:
+      break;
   }
 }
 

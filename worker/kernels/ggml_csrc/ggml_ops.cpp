@@ -15,9 +15,9 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <cstdint>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -120,8 +120,7 @@ void check_weight(const at::Tensor& w, ggml_type type, int64_t in_features) {
   TORCH_CHECK(w.dtype() == at::kByte && w.dim() == 2 && w.is_contiguous(),
               "weights must be contiguous uint8 (rows, row bytes)");
   TORCH_CHECK(in_features % ggml_blck_size(type) == 0, "in_features ", in_features,
-              " is not a multiple of ", ggml_type_name(type), "'s block of ",
-              ggml_blck_size(type));
+              " is not a multiple of ", ggml_type_name(type), "'s block of ", ggml_blck_size(type));
   TORCH_CHECK(w.size(1) == static_cast<int64_t>(ggml_row_size(type, in_features)),
               "weight rows of ", w.size(1), " bytes, expected ", ggml_row_size(type, in_features),
               " for ", in_features, " ", ggml_type_name(type), " values");
@@ -171,7 +170,7 @@ struct Part {
   int64_t rows, row_bytes, column;  // column: where its outputs start in the result
   const uint8_t* input;             // the activations in the part's dot-product format
   int64_t input_bytes;
-  const Interleaved* woven;         // its rows interleaved for ggml's gemv/gemm, or nullptr
+  const Interleaved* woven;  // its rows interleaved for ggml's gemv/gemm, or nullptr
 };
 
 // Weight rows per work item: a block's bytes stay in L1/L2 while every activation row passes.
@@ -334,8 +333,8 @@ at::Tensor interleave(const at::Tensor& weight, int64_t type_id, int64_t in_feat
 int64_t row_bytes(int64_t type_id, int64_t in_features) {
   TORCH_CHECK(type_id >= 0 && type_id < GGML_TYPE_COUNT, "unknown ggml type ", type_id);
   const auto type = static_cast<ggml_type>(type_id);
-  TORCH_CHECK(ggml_blck_size(type) > 0 && in_features % ggml_blck_size(type) == 0,
-              "in_features ", in_features, " does not fit ", ggml_type_name(type), "'s blocks");
+  TORCH_CHECK(ggml_blck_size(type) > 0 && in_features % ggml_blck_size(type) == 0, "in_features ",
+              in_features, " does not fit ", ggml_type_name(type), "'s blocks");
   return static_cast<int64_t>(ggml_row_size(type, in_features));
 }
 
