@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from common.embedding import EmbedSettings
 from common.errors import RejectCode
+from common.rerank import RerankSettings
 from common.sampling_params import SamplingParams
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
 from common.worker_stats import WorkerStats
@@ -17,7 +18,10 @@ from common.worker_stats import WorkerStats
 # 5: WorkerStats ends with `gateways` and `gateway_failures` (a worker may serve several).
 # 6: Submit.embed asks for embeddings (a worker of 5 would generate text instead), Finished
 # carries the vector, and WorkerStats counts `total_embeddings`.
-PROTOCOL_VERSION = 6
+# 7: Submit.rerank asks for relevance scores of its prompts against a query (a worker of 6
+# would generate text instead), Finished carries the score, and WorkerStats counts
+# `total_rerank_documents`.
+PROTOCOL_VERSION = 7
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,8 @@ class Finished(Message):
     cache_written_tokens: int = 0
     # An embedded prompt's vector (common/embedding.py: float32 little-endian), with its end.
     embedding: bytes | None = None
+    # A reranked document's relevance score, with its end.
+    score: float | None = None
 
 
 # -- gateway → worker ------------------------------------------------------------------------
@@ -146,6 +152,9 @@ class Submit(Message):
     echo: bool = False
     # Embed each of `prompts` instead (one choice each, ended by a Finished with its vector).
     embed: EmbedSettings | None = None
+    # Score each of `prompts` (documents, text) against a query instead (one choice each,
+    # ended by a Finished with its score).
+    rerank: RerankSettings | None = None
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,11 @@ class WorkerStats:
         StatKind.COUNTER,
         summed=True,
     )
+    total_rerank_documents: int = stat(
+        "Documents a worker scored (/v1/rerank); their tokens count in prefill_tokens.",
+        StatKind.COUNTER,
+        summed=True,
+    )
 
     def as_dict(self) -> dict[str, int | float]:
         """Every stat by name, in field order: a /stats worker entry's figures."""

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from common.embedding import EmbedSettings, pack_vector
 from common.errors import RejectCode
+from common.rerank import RerankSettings
 from common.sampling_params import SamplingParams
 from common.schemas import (
     MESSAGE_TYPES,
@@ -83,6 +84,11 @@ EXAMPLES = [
     EMBED := Submit("embd-1", SamplingParams(), prompts=["a", [1, 2]], embed=EmbedSettings(8)),
     Submit("embd-2", SamplingParams(), prompts=["a"], embed=EmbedSettings()),
     VECTOR := Finished("embd-1", 1, FinishReason.STOP, 2, 0, 0, embedding=pack_vector([0.5, -1])),
+    RERANK := Submit(
+        "rerank-1", SamplingParams(), prompts=["doc", ""], rerank=RerankSettings("q", "task", 9)
+    ),
+    Submit("rerank-2", SamplingParams(), prompts=["doc"], rerank=RerankSettings("q")),
+    SCORE := Finished("rerank-1", 1, FinishReason.STOP, 70, 0, 60, score=0.25),
     Abort("req-1"),
     Tokenize(
         "tok-1",
@@ -161,6 +167,12 @@ def test_an_embedding_request_and_its_vector_cross_compactly():
     assert msgpack.unpackb(encode(EMBED))["embed"] == [8]
     raw = msgpack.unpackb(encode(VECTOR), raw=False)["embedding"]
     assert raw == b"\x00\x00\x00\x3f\x00\x00\x80\xbf"  # 0.5 and -1.0, little-endian
+
+
+def test_a_rerank_request_and_its_score_cross_as_their_fields():
+    """Submit.rerank is the list of its fields; a score is one msgpack float."""
+    assert msgpack.unpackb(encode(RERANK))["rerank"] == ["q", "task", 9]
+    assert msgpack.unpackb(encode(SCORE))["score"] == 0.25
 
 
 def test_every_message_type_has_an_example():

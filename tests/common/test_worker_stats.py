@@ -37,6 +37,7 @@ STATS_KEYS = (
     "gateways",
     "gateway_failures",
     "total_embeddings",
+    "total_rerank_documents",
 )
 
 
@@ -63,6 +64,7 @@ def test_what_metrics_exports_and_what_stats_totals():
         "accepted_draft_tokens",
         "gateway_failures",
         "total_embeddings",
+        "total_rerank_documents",
     ]
     assert [name for name, _ in stats_of_kind(StatKind.GAUGE)] == [
         "active_tasks",
@@ -80,5 +82,6 @@ def test_what_metrics_exports_and_what_stats_totals():
         "active_tasks",
         "waiting_queue",
         "total_embeddings",
+        "total_rerank_documents",
     )
     assert all(help_text for _, help_text in stats_of_kind(StatKind.COUNTER))

@@ -81,6 +81,7 @@ def test_every_worker_figure_keeps_its_metric_name():
         "astrai_worker_gateways": "gauge",
         "astrai_worker_gateway_failures": "counter",
         "astrai_worker_embeddings": "counter",
+        "astrai_worker_rerank_documents": "counter",
     }
 
 

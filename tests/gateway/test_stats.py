@@ -25,6 +25,7 @@ def test_stats_sums_over_workers_and_lists_each_ones_figures():
         "active_tasks": 2,
         "waiting_queue": 0,
         "total_embeddings": 3,
+        "total_rerank_documents": 0,
     }
     assert stats["num_workers"] == 3
     w0, w1, w2 = stats["workers"]

@@ -1,5 +1,4 @@
-"""PooledRows: what an embedding sequence keeps of its prompt chunks' final hidden states,
-and the vector they make once its whole input is computed."""
+"""PooledRows: a prefill-only sequence's kept final hidden states, and its vector or score."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ import torch.nn.functional as F
 
 from worker.engine.runner import HiddenRows
 from worker.model.pooling import Pooling
+from worker.model.score_head import ScoreHead
 
 
 @dataclass(eq=False)
@@ -20,13 +20,21 @@ class PooledRows:
     A mean's chunks come in order of position from token 0 (such a sequence takes no
     prefix-cache hit); rows at positions already pooled (a preempted sequence computing its
     input again from the start) are skipped, so a recomputation never counts a row twice.
+    A reranked document (Pooling.RANK, with its model's `head`) keeps its last row, as last
+    pooling does, and ends with that row's score instead of a vector.
     """
 
     pooling: Pooling
     normalize: bool  # scale the vector to unit length (L2)
     dimensions: int | None = None  # keep this many components, then scale to unit length
+    head: ScoreHead | None = None  # a reranker's, with Pooling.RANK
     total: torch.Tensor | None = None  # (hidden,) float32
     num_rows: int = 0
+
+    @property
+    def takes_prefix_hits(self) -> bool:
+        """Only the last row is pooled: whatever the cache holds, that row is computed."""
+        return self.pooling in (Pooling.LAST, Pooling.RANK)
 
     def hidden(self, start: int, end: int, length: int) -> HiddenRows:
         """The rows the chunk of positions [start, end) of an input of `length` keeps."""
@@ -47,11 +55,22 @@ class PooledRows:
             self.total = fresh.sum(0) if self.total is None else self.total + fresh.sum(0)
             self.num_rows = start + rows.shape[0]
 
-    def vector(self) -> torch.Tensor:
-        """(dimensions or hidden,) float32 on the CPU: the input's embedding."""
+    def score(self) -> float:
+        """A reranked document's relevance score, by its model's head."""
+        if self.head is None:
+            raise RuntimeError("an embedding has no score head")
+        return self.head.score(self._pooled())
+
+    def _pooled(self) -> torch.Tensor:
+        """The pooled row(s): a mean's sum, or the one row kept."""
         if self.total is None:
             raise RuntimeError("no row of this input was pooled")
-        vector = self.total / self.num_rows if self.pooling is Pooling.MEAN else self.total
+        return self.total
+
+    def vector(self) -> torch.Tensor:
+        """(dimensions or hidden,) float32 on the CPU: the input's embedding."""
+        total = self._pooled()
+        vector = total / self.num_rows if self.pooling is Pooling.MEAN else total
         if self.dimensions is not None:
             vector = vector[: self.dimensions]
         if self.normalize or self.dimensions is not None:

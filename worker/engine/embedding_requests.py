@@ -1,5 +1,4 @@
-"""Embedding intake: an embeddings request checked against the served model, and one
-prefill-only Sequence per input."""
+"""Embedding intake: an embeddings request checked, one prefill-only Sequence per input."""
 
 from __future__ import annotations
 
@@ -43,30 +42,19 @@ class EmbeddingRequests:
         every input passes."""
         pooling = self.check(settings)
         token_ids = self.token_ids(inputs)
-        seq_ids = self.requests.new_seq_ids(len(token_ids))
-        tokenizer = self.requests.tokenizer
-        return [
-            Sequence(
-                seq_id=seq_id,
-                request_id=request_id,
-                index=i,
-                token_ids=ids,
-                num_prompt_tokens=len(ids),
-                params=NO_SAMPLING,
-                sink=sink,
-                generator=None,
-                output=OutputReaders(tokenizer.detokenizer(ids), StopStringMatcher(())),
-                max_total_tokens=len(ids),
-                embedding=PooledRows(pooling, self.pooling.normalize, settings.dimensions),
-            )
-            for i, (seq_id, ids) in enumerate(zip(seq_ids, token_ids, strict=True))
+        pools = [
+            PooledRows(pooling, self.pooling.normalize, settings.dimensions) for _ in token_ids
         ]
+        return prefill_only(self.requests, request_id, token_ids, pools, sink)
 
     def check(self, settings: EmbedSettings) -> Pooling:
         """This model's pooling, if it embeds and `settings` fit it."""
         pooling = self.pooling.pooling
+        if pooling is Pooling.RANK:
+            message = f"model {self.model_name!r} is a reranker: it answers /v1/rerank"
+            raise RequestError(message, "model")
         if pooling is None:
-            choices = "|".join(POOLING_CHOICES)
+            choices = "|".join(c for c in POOLING_CHOICES if c != Pooling.RANK)
             message = (
                 f"model {self.model_name!r} has no pooling ({self.pooling.reason}); "
                 f"serve it with --pooling {choices}"
@@ -101,3 +89,32 @@ class EmbeddingRequests:
                 raise ContextLengthExceeded(message, "input")
             ids.append(tokens)
         return ids
+
+
+def prefill_only(
+    requests: RequestFactory,
+    request_id: str,
+    token_ids: list[list[int]],
+    pools: list[PooledRows],
+    sink: EventSink,
+) -> list[Sequence]:
+    """One prefill-only sequence per input (index i for input i) that pools its rows into
+    pools[i]: it samples nothing and ends once its input is computed."""
+    seq_ids = requests.new_seq_ids(len(token_ids))
+    tokenizer = requests.tokenizer
+    return [
+        Sequence(
+            seq_id=seq_id,
+            request_id=request_id,
+            index=i,
+            token_ids=ids,
+            num_prompt_tokens=len(ids),
+            params=NO_SAMPLING,
+            sink=sink,
+            generator=None,
+            output=OutputReaders(tokenizer.detokenizer(ids), StopStringMatcher(())),
+            max_total_tokens=len(ids),
+            embedding=pooled,
+        )
+        for i, (seq_id, ids, pooled) in enumerate(zip(seq_ids, token_ids, pools, strict=True))
+    ]

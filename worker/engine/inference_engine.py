@@ -18,14 +18,15 @@ from worker.engine.cache_factory import build_cache
 from worker.engine.compiled_decode import CompiledDecode
 from worker.engine.decode_cost_cache import cached_decode_cost, model_identity
 from worker.engine.embedding_api import EmbeddingAPI
-from worker.engine.embedding_requests import EmbeddingRequests
 from worker.engine.generation_api import GenerationAPI
 from worker.engine.inference_scheduler import InferenceScheduler
 from worker.engine.kv_identity import kv_identity
 from worker.engine.machine_choices import MachineChoices
 from worker.engine.options import EngineOptions
 from worker.engine.output_processor import OutputProcessor
+from worker.engine.pooled_requests import pooled_requests
 from worker.engine.request import Prompt, RequestFactory
+from worker.engine.rerank_api import RerankAPI
 from worker.engine.runner import ModelRunner
 from worker.engine.scheduler_config import SchedulerConfig
 from worker.engine.sequence import EventSink
@@ -36,7 +37,6 @@ from worker.machine.heap import release_freed_heap
 from worker.model.config import with_context
 from worker.model.loader import load_config, load_model
 from worker.model.model_dir import resolve_model_dir
-from worker.model.pooling_files import model_pooling
 from worker.text.chat_template import read_template_file
 from worker.text.tokenizer import Tokenizer
 
@@ -45,9 +45,10 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 log = logging.getLogger(__name__)
 
 
-class InferenceEngine(GenerationAPI, EmbeddingAPI):
+class InferenceEngine(GenerationAPI, EmbeddingAPI, RerankAPI):
     """Loads a model (the embedded default when none is given) and serves it in-process;
-    `generate` and `generate_async` come from GenerationAPI, `embed` from EmbeddingAPI."""
+    `generate` and `generate_async` come from GenerationAPI, `embed` from EmbeddingAPI,
+    `rerank` from RerankAPI."""
 
     def __init__(self, model: str | Path | None = None, **options: Any) -> None:
         self.options = EngineOptions(**options)
@@ -138,10 +139,8 @@ class InferenceEngine(GenerationAPI, EmbeddingAPI):
         )
         self.max_model_len = min(context, self.cache.max_tokens_per_seq)
         self.requests = RequestFactory(self.tokenizer, self.max_model_len, config.vocab_size)
-        pooling = model_pooling(self.model_dir, opts.pooling)
-        log.info("embeddings: %s", pooling.describe())
-        self.embeddings = EmbeddingRequests(
-            self.requests, pooling, config.hidden_size, self.model_name
+        self.embeddings, self.reranks = pooled_requests(
+            self.model_dir, opts.pooling, self.requests, config.hidden_size, self.model_name, device
         )
         compiled = CompiledDecode(self.model) if opts.compile else None
         runner = ModelRunner(self.model, self.cache, compiled, choices.attention == "flex")
@@ -285,6 +284,7 @@ class InferenceEngine(GenerationAPI, EmbeddingAPI):
             draft_tokens=counters.draft_tokens,
             accepted_draft_tokens=counters.accepted_draft_tokens,
             total_embeddings=counters.embeddings,
+            total_rerank_documents=counters.rerank_documents,
         )
 
     def shutdown(self) -> None:

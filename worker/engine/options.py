@@ -176,14 +176,16 @@ class EngineOptions:
         ),
     )
 
-    # How /v1/embeddings pools the final hidden states (worker/model/pooling_files.py):
-    # default, what the model's files state (sentence-transformers, a GGUF's pooling_type).
+    # How /v1/embeddings pools the final hidden states, or that /v1/rerank scores them
+    # (worker/model/pooling_files.py): default, what the model's files state
+    # (sentence-transformers, config.json, a GGUF's pooling_type).
     pooling: str | None = field(
         default=None,
         metadata=option(
             "pooling for /v1/embeddings, over what the model's files state: last (the last "
-            "token's final hidden state), mean or cls (the first token's); default: the "
-            "files' (sentence-transformers modules.json, a GGUF's pooling_type), else none",
+            "token's final hidden state), mean or cls (the first token's); or rank: a "
+            "reranker for /v1/rerank; default: the files' (sentence-transformers modules.json, "
+            "config.json's architectures, a GGUF's pooling_type), else none",
             choices=POOLING_CHOICES,
         ),
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections import deque
 
 import torch
@@ -256,20 +255,21 @@ class Scheduler:
         return events
 
     def _pool(self, plan: StepPlan, hidden: tuple[torch.Tensor | None, ...]) -> Events:
-        """Each embedding's kept rows pooled; one whose input is all computed ends with its
-        vector, its pages given back before the event, as a finished choice's are."""
+        """Each embedding's (or reranked document's) kept rows pooled; one whose input is all
+        computed ends with its vector (or score), its pages given back before the event, as a
+        finished choice's are."""
         events: Events = []
         for seq, chunk, rows in zip(plan.prompts, plan.prompt_chunks, hidden, strict=True):
-            if seq.embedding is None:
+            pooled = seq.embedding
+            if pooled is None:
                 continue
             if rows is not None:
-                seq.embedding.add(chunk.start, rows)
+                pooled.add(chunk.start, rows)
             if chunk.end == len(seq.token_ids):
                 seq.finish(FinishReason.STOP)
                 self.cache.release(seq.seq_id)
-                self.counters.embeddings += 1
-                end = self.finish_event(seq)
-                events.append((seq, dataclasses.replace(end, embedding=seq.embedding.vector())))
+                self.counters.count_pooled(pooled.head is not None)
+                events.append((seq, self.finish_event(seq).carrying(pooled)))
         return events
 
     def finish_event(self, seq: Sequence, error: str | None = None) -> TokenEvent:

@@ -38,3 +38,11 @@ class SchedulerCounters:
     draft_tokens: int = 0  # tokens drafted and verified (speculative decoding)
     accepted_draft_tokens: int = 0  # of those, kept
     embeddings: int = 0  # inputs embedded (their tokens count in prefill_tokens)
+    rerank_documents: int = 0  # documents scored (their tokens count in prefill_tokens)
+
+    def count_pooled(self, scored: bool) -> None:
+        """One prefill-only sequence ended: a reranked document (`scored`) or an embedding."""
+        if scored:
+            self.rerank_documents += 1
+        else:
+            self.embeddings += 1

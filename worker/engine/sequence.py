@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,7 +14,6 @@ from common.sampling_params import SamplingParams
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
 from worker.engine.embedding import PooledRows
 from worker.engine.request_status import TRANSITIONS, RequestStatus
-from worker.model.pooling import Pooling
 from worker.text.reasoning_parser import ReasoningParser
 from worker.text.stop_strings import StopStringMatcher
 from worker.text.tokenizer import IncrementalDetokenizer
@@ -52,6 +52,15 @@ class TokenEvent:
     reasoning: str = ""  # new reasoning text (a reasoning model's thoughts; not in `text`)
     # An embedded input's vector (float32, CPU), on its only event.
     embedding: torch.Tensor | None = None
+    # A reranked document's relevance score, on its only event.
+    score: float | None = None
+
+    def carrying(self, pooled: PooledRows) -> TokenEvent:
+        """This last event of a prefill-only sequence, with what its rows made: a reranked
+        document's score (its rows have a head), else an embedding's vector."""
+        if pooled.head is not None:
+            return dataclasses.replace(self, score=pooled.score())
+        return dataclasses.replace(self, embedding=pooled.vector())
 
 
 EventSink = Callable[[TokenEvent], None]
@@ -103,17 +112,19 @@ class Sequence:
     # The prompt's own logprobs so far, position by position (the first's logprob None),
     # when params.prompt_logprobs asks for them.
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
-    # An embedding: its prompt is computed, pooled, and it ends with the vector, sampling none.
+    # An embedding or a reranked document: its prompt is computed, pooled, and it ends with
+    # the vector or the score, sampling none.
     embedding: PooledRows | None = None
 
     @property
     def reuses_prefix(self) -> bool:
         """Its admission may take cached prefix pages: not where every prompt row has to be
         computed for what it returns (its prompt's logprobs, an embedding's mean or first
-        row; a last-token embedding computes its last row whatever the cache holds)."""
+        row; a last-token embedding or a reranked document computes its last row whatever
+        the cache holds)."""
         if self.records_prompt_logprobs:
             return False
-        return self.embedding is None or self.embedding.pooling is Pooling.LAST
+        return self.embedding is None or self.embedding.takes_prefix_hits
 
     @property
     def records_prompt_logprobs(self) -> bool:

@@ -70,6 +70,10 @@ TOP_TENSORS = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
+    # A reranker's classifier over the last token's final-norm row (llama.cpp's converter
+    # writes Qwen3-Reranker's yes and no rows so): transformers' ...ForSequenceClassification
+    # calls it score. Read by worker/model/score_head.py, never by the decoder.
+    "cls.output.weight": "score.weight",
 }
 
 

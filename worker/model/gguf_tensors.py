@@ -6,7 +6,7 @@ import functools
 import math
 import mmap
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,6 +163,31 @@ def read_gguf_tensors(path: Path) -> GgufWeights:
             _hand_back(mapping, *spans[name])
         tensors[name] = value
     return GgufWeights(tensors, mapping, spans)
+
+
+def dequantized_rows(
+    path: Path, gguf_name: str, rows: Sequence[int] | None = None
+) -> torch.Tensor | None:
+    """The `rows` of a tensor (all of them for None) as float32 (len(rows), row length),
+    read from the file alone: a reranker's few head rows, not the table around them. None
+    where the file has no such tensor."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    header = read_gguf_header(path)
+    for info, (count, cols, row_bytes) in zip(
+        header.tensors, _row_layouts(path, header), strict=True
+    ):
+        if info.name != gguf_name:
+            continue
+        picked = list(range(count)) if rows is None else list(rows)
+        if any(not 0 <= r < count for r in picked):
+            raise GgufFileError(f"{path}: tensor {gguf_name} has no row among {picked}")
+        data = np.memmap(path, np.uint8, "r", offset=info.offset, shape=(count, row_bytes))
+        raw = np.ascontiguousarray(data[picked])
+        values = dequantize(raw, GGMLQuantizationType(info.type))
+        return torch.from_numpy(np.asarray(values, dtype=np.float32).reshape(len(picked), cols))
+    return None
 
 
 def _floats(path: Path, info: TensorInfo) -> list[float]:

@@ -104,9 +104,16 @@ def _read_safetensors(model_dir: Path) -> dict[str, torch.Tensor]:
 
 def _as_causal_lm(hf: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A base model's tensors (as transformers' AutoModel saves them, which is how
-    sentence-transformers saves a decoder embedder) named as a causal LM's; without an output
-    layer of its own, the embedding table stands in for it (an embedding's logits are never
-    read)."""
+    sentence-transformers saves a decoder embedder) named as a causal LM's, and a classifier's
+    (...ForSequenceClassification) without its `score` head, which worker/model/score_head.py
+    reads; without an output layer of its own, the embedding table stands in for it (an
+    embedding's or a classifier's logits are never read)."""
+    if any(name.startswith("score.") for name in hf):
+        decoder = {name: t for name, t in hf.items() if not name.startswith("score.")}
+        table = decoder.get("model.embed_tokens.weight")
+        if "lm_head.weight" not in decoder and table is not None:
+            decoder["lm_head.weight"] = table
+        return decoder
     if any(name.startswith("model.") for name in hf) or "embed_tokens.weight" not in hf:
         return hf
     named = {f"model.{name}": tensor for name, tensor in hf.items() if name != "lm_head.weight"}

@@ -1,4 +1,4 @@
-"""Pooling: how one vector is made of an embedding model's final hidden states."""
+"""Pooling: how a vector, or a reranker's score, is made of a model's final hidden states."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ class Pooling(TextEnum):
     LAST = "last"  # the last token's row (Qwen3-Embedding and other decoder embedders)
     MEAN = "mean"  # the mean of every token's row
     CLS = "cls"  # the first token's row
+    # A reranker: the last token's row scored by its head (worker/model/score_head.py); it
+    # answers /v1/rerank, not /v1/embeddings.
+    RANK = "rank"
 
 
 POOLING_CHOICES = tuple(p.value for p in Pooling)
@@ -20,8 +23,8 @@ POOLING_CHOICES = tuple(p.value for p in Pooling)
 
 @dataclass(frozen=True)
 class ModelPooling:
-    """How a served model embeds: from its files (worker/model/pooling_files.py) or
-    `--pooling`. `pooling` None: it does not embed, and `reason` says why."""
+    """How a served model embeds or reranks: from its files (worker/model/pooling_files.py)
+    or `--pooling`. `pooling` None: it does neither, and `reason` says why."""
 
     pooling: Pooling | None
     normalize: bool = True  # vectors scaled to unit length (L2), as OpenAI's are

@@ -1,5 +1,4 @@
-"""A model's pooling as its files state it: a sentence-transformers folder's modules.json and
-Pooling config, or a GGUF's `<arch>.pooling_type`; `--pooling` overrides either."""
+"""A model's pooling (or that it reranks) as its files state it; `--pooling` overrides them."""
 
 from __future__ import annotations
 
@@ -20,7 +19,12 @@ _MODES = {
     "pooling_mode_cls_token": Pooling.CLS,
 }
 # ggml's enum llama_pooling_type (gguf.PoolingType): 0 none, 1 mean, 2 cls, 3 last, 4 rank.
-_GGUF_POOLING = {1: Pooling.MEAN, 2: Pooling.CLS, 3: Pooling.LAST}
+_GGUF_POOLING = {1: Pooling.MEAN, 2: Pooling.CLS, 3: Pooling.LAST, 4: Pooling.RANK}
+# sentence-transformers' module that scores a causal LM's yes/no logits (v5.4 on).
+_LOGIT_SCORE = "LogitScore"
+# What llama.cpp's converter looks for in a README to know a Qwen3-Reranker (its
+# config.json says only Qwen3ForCausalLM).
+_QWEN3_RERANKER_README = "# Qwen3-Reranker"
 
 
 def model_pooling(model_dir: Path, override: str | None = None) -> ModelPooling:
@@ -29,7 +33,9 @@ def model_pooling(model_dir: Path, override: str | None = None) -> ModelPooling:
     stated = _stated_pooling(model_dir)
     if override is None:
         return stated
-    normalize = stated.normalize if stated.pooling is not None else True
+    if override == Pooling.RANK:  # a score is never scaled
+        return ModelPooling(Pooling.RANK, False, "--pooling")
+    normalize = stated.normalize if stated.pooling not in (None, Pooling.RANK) else True
     return ModelPooling(Pooling(override), normalize, "--pooling")
 
 
@@ -37,10 +43,31 @@ def _stated_pooling(model_dir: Path) -> ModelPooling:
     source = gguf_source(model_dir)
     if source is not None:
         return _gguf_pooling(source)
+    ranking = _stated_ranking(model_dir)
+    if ranking is not None:
+        return ModelPooling(Pooling.RANK, False, ranking)
     modules = model_dir / "modules.json"
     if modules.is_file():
         return _sentence_transformers_pooling(model_dir, json.loads(modules.read_text()))
     return ModelPooling(None, reason="its folder has no sentence-transformers modules.json")
+
+
+def _stated_ranking(model_dir: Path) -> str | None:
+    """Where a folder says its model is a reranker, or None: config.json's architectures
+    (a ...ForSequenceClassification head), a sentence-transformers LogitScore module, or a
+    README headed as Qwen3-Reranker's is."""
+    config_file = model_dir / "config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    classifiers = [a for a in config.get("architectures") or [] if "ForSequenceClassification" in a]
+    if classifiers:
+        return f"config.json architectures: {classifiers[0]}"
+    modules = model_dir / "modules.json"
+    if modules.is_file() and _LOGIT_SCORE in modules.read_text():
+        return f"sentence-transformers modules.json: {_LOGIT_SCORE}"
+    readme = model_dir / "README.md"
+    if readme.is_file() and _QWEN3_RERANKER_README in readme.read_text(errors="replace"):
+        return f"README.md reads {_QWEN3_RERANKER_README!r}"
+    return None
 
 
 def _sentence_transformers_pooling(model_dir: Path, modules: Any) -> ModelPooling:
@@ -72,7 +99,7 @@ def _gguf_pooling(source: Path) -> ModelPooling:
     key = f"{metadata.get('general.architecture')}.pooling_type"
     kind = metadata.get(key)
     if kind in _GGUF_POOLING:
-        return ModelPooling(_GGUF_POOLING[kind], True, key)
+        return ModelPooling(_GGUF_POOLING[kind], _GGUF_POOLING[kind] != Pooling.RANK, key)
     if kind is None:
         return ModelPooling(None, reason=f"its GGUF metadata has no {key}")
     return ModelPooling(None, reason=f"its GGUF {key} is {kind}, not an embedding's")

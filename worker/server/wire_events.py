@@ -40,6 +40,7 @@ def to_wire(event: TokenEvent) -> list[Message]:
                 embedding=None
                 if event.embedding is None
                 else pack_vector(event.embedding.tolist()),
+                score=event.score,
             )
         )
     return messages

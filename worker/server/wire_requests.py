@@ -26,6 +26,11 @@ def submit(engine: InferenceEngine, message: Submit, sink: EventSink) -> list[Me
                 message.prompts or [], sink, request_id, message.embed
             )
             prompt_tokens = sum(counts)
+        elif message.rerank is not None:  # its prompts are the documents, text only
+            documents = [d for d in message.prompts or [] if isinstance(d, str)]
+            if len(documents) != len(message.prompts or []):
+                raise RequestError("documents must be text to rerank", "documents")
+            prompt_tokens = sum(engine.submit_rerank(documents, message.rerank, sink, request_id))
         elif message.prompts is not None:
             prompt_ids = engine.submit_prompts(message.prompts, params, sink, request_id)
             prompt_tokens = sum(len(ids) for ids in prompt_ids)

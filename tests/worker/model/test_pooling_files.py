@@ -1,5 +1,6 @@
 """A model's pooling from its files: sentence-transformers' modules.json and Pooling config,
-a GGUF's pooling_type, and `--pooling` over either; what is not served is none, with why."""
+a GGUF's pooling_type, a reranker's config.json, LogitScore or README, and `--pooling` over
+them; what is not served is none, with why."""
 
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ def gguf_folder(tmp_path: Path, pooling_type: int | None) -> Path:
         (2, ModelPooling(Pooling.CLS, True, "qwen3.pooling_type")),
         (3, ModelPooling(Pooling.LAST, True, "qwen3.pooling_type")),
         (0, ModelPooling(None, True, "its GGUF qwen3.pooling_type is 0, not an embedding's")),
-        (4, ModelPooling(None, True, "its GGUF qwen3.pooling_type is 4, not an embedding's")),
+        (4, ModelPooling(Pooling.RANK, False, "qwen3.pooling_type")),  # a reranker's
         (None, ModelPooling(None, True, "its GGUF metadata has no qwen3.pooling_type")),
     ],
 )
@@ -130,3 +131,45 @@ def test_the_pooling_option_overrides_the_files_and_keeps_their_normalization(
     assert model_pooling(unnormalized, "last") == ModelPooling(Pooling.LAST, False, "--pooling")
     # A model whose files state no pooling is normalized, as OpenAI's vectors are.
     assert model_pooling(tiny_model_dir, "cls") == ModelPooling(Pooling.CLS, True, "--pooling")
+
+
+@pytest.mark.parametrize(
+    ("files", "reason"),
+    [
+        (
+            {"config.json": {"architectures": ["Qwen3ForSequenceClassification"]}},
+            "config.json architectures: Qwen3ForSequenceClassification",
+        ),
+        (
+            {
+                "config.json": {"architectures": ["Qwen3ForCausalLM"]},
+                "modules.json": [
+                    TRANSFORMER,
+                    {"path": "1_LogitScore", "type": f"{ST}cross_encoder.LogitScore"},
+                ],
+            },
+            "sentence-transformers modules.json: LogitScore",
+        ),
+        (
+            {"config.json": {"architectures": ["Qwen3ForCausalLM"]}, "README.md": "x"},
+            "README.md reads '# Qwen3-Reranker'",
+        ),
+    ],
+)
+def test_a_folder_states_a_reranker_by_its_head_its_score_module_or_its_readme(
+    tmp_path: Path, files: dict[str, Any], reason: str
+):
+    for name, content in files.items():
+        text = "# Qwen3-Reranker-0.6B\n" if name == "README.md" else json.dumps(content)
+        (tmp_path / name).write_text(text)
+    assert model_pooling(tmp_path) == ModelPooling(Pooling.RANK, False, reason)
+    # --pooling overrides it: the reranker then embeds, normalized.
+    assert model_pooling(tmp_path, "last") == ModelPooling(Pooling.LAST, True, "--pooling")
+
+
+def test_pooling_rank_makes_any_model_a_reranker_whose_scores_are_not_scaled(
+    tmp_path: Path, tiny_model_dir: Path
+):
+    embedder = st_folder(tmp_path, [TRANSFORMER, POOLING, NORMALIZE], "lasttoken")
+    for folder in (embedder, tiny_model_dir):
+        assert model_pooling(folder, "rank") == ModelPooling(Pooling.RANK, False, "--pooling")
