@@ -29,6 +29,7 @@ from gateway.protocols.base import ResponseBuilder
 from gateway.protocols.completions import CompletionsResponseBuilder
 from gateway.protocols.embeddings import EmbeddingsResponseBuilder
 from gateway.protocols.openai import OpenAIResponseBuilder
+from gateway.protocols.rerank import RerankResponseBuilder
 from gateway.protocols.responses import IGNORED_TOOLS_HEADER, ResponsesResponseBuilder
 from gateway.registry import WorkerRegistry
 from gateway.request_ids import RequestIdMiddleware, http_error
@@ -85,6 +86,7 @@ class Gateway:
         )
         self.responses = self._handler(ResponsesResponseBuilder(store))
         self.embeddings = self._handler(EmbeddingsResponseBuilder())
+        self.rerank = self._handler(RerankResponseBuilder())
 
     def _handler(self, builder: ResponseBuilder) -> ProtocolHandler:
         return ProtocolHandler(builder, self.services, lambda: self.draining)
@@ -184,6 +186,8 @@ class Gateway:
             Route("/v1/messages", self._protected(self.anthropic), methods=["POST"]),
             Route("/v1/responses", self._protected(self.responses), methods=["POST"]),
             Route("/v1/embeddings", self._protected(self.embeddings), methods=["POST"]),
+            Route("/v1/rerank", self._protected(self.rerank), methods=["POST"]),
+            Route("/rerank", self._protected(self.rerank), methods=["POST"]),
             Route(
                 "/v1/responses/{response_id}",
                 self._protected(self.responses, get_response),

@@ -32,6 +32,7 @@ class ChoiceEnd:
     stop: str | int | None
     completion_tokens: int
     embedding: bytes | None = None  # an embedded input's vector
+    score: float | None = None  # a reranked document's relevance score
 
     def as_choice(self) -> ChoiceResult:
         """What a builder's `stream_choice_end` reads: the ending, not the text."""

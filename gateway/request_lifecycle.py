@@ -227,6 +227,7 @@ class RequestLifecycle:
                     message.stop,
                     message.completion_tokens,
                     message.embedding,
+                    message.score,
                 )
 
     def _accepted(self) -> tuple[StreamState, RequestChannel]:

@@ -37,6 +37,7 @@ def add_event(result: ChatResult, event: RequestEvent) -> None:
         choice.stop = event.stop
         choice.completion_tokens = event.completion_tokens
         choice.embedding = event.embedding
+        choice.score = event.score
     elif isinstance(event, Failed):
         raise event.error
 

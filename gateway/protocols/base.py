@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.embedding import EmbedSettings
+from common.rerank import RerankSettings
 from common.sampling_params import SamplingParams
 from common.schemas import Submit
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
@@ -36,6 +37,8 @@ class ChatRequest:
     response_fields: dict[str, Any] = field(default_factory=dict)
     # An embeddings request: each of `prompts` is embedded instead of continued.
     embed: EmbedSettings | None = None
+    # A rerank request: each of `prompts` (a document) is scored against a query instead.
+    rerank: RerankSettings | None = None
 
     @property
     def n(self) -> int:
@@ -49,7 +52,12 @@ class ChatRequest:
         """The wire message that asks a worker for this request."""
         if self.prompts is not None:
             return Submit(
-                request_id, self.params, prompts=self.prompts, echo=self.echo, embed=self.embed
+                request_id,
+                self.params,
+                prompts=self.prompts,
+                echo=self.echo,
+                embed=self.embed,
+                rerank=self.rerank,
             )
         return Submit(request_id, self.params, messages=self.messages)
 
@@ -85,6 +93,7 @@ class ChoiceResult:
     tool_calls: list[ToolCall] = field(default_factory=list)
     reasoning: str = ""  # a reasoning model's thoughts, apart from `text`
     embedding: bytes | None = None  # an embedded input's vector (common/embedding.py)
+    score: float | None = None  # a reranked document's relevance score
 
     def add_tool_call_parts(self, parts: list[ToolCallDelta]) -> None:
         for part in parts:

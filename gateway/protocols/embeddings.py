@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from common.embedding import EmbedSettings, unpack_vector
 from common.sampling_params import SamplingParams
-from common.token_output import TokenLogprob, ToolCallDelta
 from gateway.errors import ErrorKind, GatewayError
-from gateway.protocols.base import ChatRequest, ChatResult, ChoiceResult, StreamState
+from gateway.protocols.base import ChatRequest, ChatResult, ChoiceResult
 from gateway.protocols.embeddings_body import EmbeddingsBody
-from gateway.protocols.openai_common import OpenAIStreamBuilder
+from gateway.protocols.unstreamed import UnstreamedBuilder
 
 NO_SAMPLING = SamplingParams()  # an embedding samples nothing
 
@@ -25,10 +24,9 @@ class EmbeddingsRequest(ChatRequest):
     encoding_format: str = "float"
 
 
-class EmbeddingsResponseBuilder(OpenAIStreamBuilder):
-    """A vector per input, in input order; errors in OpenAI's shape. Never streamed: the
-    handler folds the worker's events (one Finished with its vector per input) into one
-    answer, so the stream methods are unreachable."""
+class EmbeddingsResponseBuilder(UnstreamedBuilder):
+    """A vector per input, in input order, from one Finished with its vector per input;
+    errors in OpenAI's shape."""
 
     name = "embeddings"
     id_prefix = "embd-"
@@ -64,22 +62,6 @@ class EmbeddingsResponseBuilder(OpenAIStreamBuilder):
             "usage": {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens},
         }
 
-    def stream_start(self, state: StreamState) -> list[str]:
-        _never_streamed()
-
-    def stream_tokens(
-        self, state: StreamState, index: int, text: str, logprobs: list[TokenLogprob]
-    ) -> list[str]:
-        _never_streamed()
-
-    def stream_tool_calls(
-        self, state: StreamState, index: int, parts: list[ToolCallDelta]
-    ) -> list[str]:
-        _never_streamed()
-
-    def stream_choice_end(self, state: StreamState, choice: ChoiceResult) -> list[str]:
-        _never_streamed()
-
 
 def _vector(choice: ChoiceResult) -> bytes:
     if choice.embedding is None:  # a worker that answered an embedding without its vector
@@ -91,7 +73,3 @@ def _encoded(raw: bytes, as_base64: bool) -> list[float] | str:
     """OpenAI's two forms: the floats, or their float32 little-endian bytes in base64 (what
     the SDK asks for by default and decodes)."""
     return base64.b64encode(raw).decode("ascii") if as_base64 else unpack_vector(raw)
-
-
-def _never_streamed() -> NoReturn:
-    raise RuntimeError("an embeddings request is never streamed (parse sets no stream)")
