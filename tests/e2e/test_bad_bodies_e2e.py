@@ -21,6 +21,7 @@ from gateway.protocols.chat_body import ChatBody
 from gateway.protocols.chat_body import Message as ChatMessage
 from gateway.protocols.completions_body import CompletionsBody
 from gateway.protocols.embeddings_body import EmbeddingsBody
+from gateway.protocols.rerank_body import RerankBody
 from gateway.protocols.responses_body import InputItem, ResponsesBody
 from gateway.protocols.tokenize_body import DetokenizeBody, TokenizeBody
 from tests.conftest import TINY_NAME
@@ -63,6 +64,7 @@ ROUTES: list[tuple[str, type[BaseModel], dict[str, Any], type[BaseModel] | None,
         "anthropic",
     ),
     ("/v1/embeddings", EmbeddingsBody, {"input": "hi"}, None, "openai"),
+    ("/v1/rerank", RerankBody, {"query": "hi", "documents": ["a"]}, None, "openai"),
     ("/tokenize", TokenizeBody, {"prompt": "hi"}, None, "openai"),
     ("/detokenize", DetokenizeBody, {"tokens": [1, 2]}, None, "openai"),
 ]
@@ -129,7 +131,7 @@ def test_no_body_gives_a_5xx_and_nothing_stays_open(tiny_server: Server):
     statuses: dict[int, int] = {}
     # A null token budget is valid: the tiny model then writes to the end of its 1,024-token
     # context, 11-97 s on a busy 2-core CPU; the bound is only there so nothing hangs. (The
-    # tiny model has no pooling: a valid embeddings body gets that 400.)
+    # tiny model has no pooling: a valid embeddings or rerank body gets that 400.)
     with (
         httpx.Client(base_url=tiny_server.url, timeout=300) as client,
         ThreadPoolExecutor(CONCURRENT) as pool,
