@@ -531,20 +531,28 @@ def write_gguf(
     return path
 
 
-def requantize_gguf(source: Path, target: Path, types: dict[str, str]) -> Path:
-    """`source` with its 2-D tensors requantized as `types` says (keys as write_gguf's; others
-    keep their codes), every metadata key copied: the same model, another mix of types."""
-    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
-    from gguf.quants import dequantize
+def copy_metadata(reader: Any, writer: Any) -> None:
+    """Every metadata key of a GGUFReader's file into a GGUFWriter (its architecture aside,
+    which the writer was made with)."""
+    from gguf import GGUFValueType
 
-    reader = GGUFReader(str(source))
-    writer = GGUFWriter(str(target), str(reader.fields["general.architecture"].contents()))
     for name, field in reader.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":
             continue
         kind = field.types[0]
         sub = field.types[1] if kind == GGUFValueType.ARRAY else None
         writer.add_key_value(name, field.contents(), kind, sub_type=sub)
+
+
+def requantize_gguf(source: Path, target: Path, types: dict[str, str]) -> Path:
+    """`source` with its 2-D tensors requantized as `types` says (keys as write_gguf's; others
+    keep their codes), every metadata key copied: the same model, another mix of types."""
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
+    from gguf.quants import dequantize
+
+    reader = GGUFReader(str(source))
+    writer = GGUFWriter(str(target), str(reader.fields["general.architecture"].contents()))
+    copy_metadata(reader, writer)
     for tensor in reader.tensors:
         kind = types.get(tensor.name) or types.get(tensor.name.split(".", 2)[-1])
         if kind is None or len(tensor.shape) != 2:

@@ -18,6 +18,7 @@ from transformers import (
 )
 
 from tests.worker.embedding_model import randomized, save_with_tokenizer, tiny_qwen3_config
+from tests.worker.model_factory import copy_metadata
 from worker.text.rerank_prompt import DEFAULT_INSTRUCTION, QWEN3_TEMPLATE
 
 
@@ -80,16 +81,11 @@ def write_rank_gguf(
     Qwen3-Reranker: pooling type RANK, a cls.output.weight of the yes and no rows of the
     output layer (in that order), which takes the output layer's place, and the prompt as a
     "rerank" chat template with the default instruction spelled out."""
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter, PoolingType
+    from gguf import GGUFReader, GGUFWriter, PoolingType
 
     reader = GGUFReader(str(f32_gguf))
     writer = GGUFWriter(str(target), "qwen3")
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        kind = field.types[0]
-        sub = field.types[1] if kind == GGUFValueType.ARRAY else None
-        writer.add_key_value(name, field.contents(), kind, sub_type=sub)
+    copy_metadata(reader, writer)
     writer.add_pooling_type(PoolingType.RANK)
     template = QWEN3_TEMPLATE.replace("{instruction}", DEFAULT_INSTRUCTION)
     writer.add_chat_template([{"name": "rerank", "template": template}])
