@@ -48,7 +48,10 @@ def reference(folder: Path) -> PreTrainedModel:
 
 
 def engine(folder: Path, **options: object) -> InferenceEngine:
-    options = {"dtype": "float32", "kv_cache_mb": 16, "prefill_token_budget": CHUNK, **options}
+    # No disk tier: the prefill counts below are this engine's own prefix sharing, not pages
+    # another test's engine left on the session's disk folder for the same seeded model.
+    defaults = {"dtype": "float32", "kv_cache_mb": 16, "prefill_token_budget": CHUNK}
+    options = {**defaults, "kv_disk_mb": 0, **options}
     return InferenceEngine(folder, **options)
 
 
