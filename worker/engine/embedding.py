@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-from worker.engine.runner import HiddenRows
 from worker.model.pooling import Pooling
 from worker.model.score_head import ScoreHead
 
@@ -36,13 +36,14 @@ class PooledRows:
         """Only the last row is pooled: whatever the cache holds, that row is computed."""
         return self.pooling in (Pooling.LAST, Pooling.RANK)
 
-    def hidden(self, start: int, end: int, length: int) -> HiddenRows:
-        """The rows the chunk of positions [start, end) of an input of `length` keeps."""
+    def hidden(self, start: int, end: int, length: int) -> Literal["none", "first", "last", "all"]:
+        """The rows the chunk of positions [start, end) of an input of `length` keeps (a
+        HiddenRows value: the plan's types name sequences, which name this class)."""
         if self.pooling is Pooling.MEAN:
-            return HiddenRows.ALL
+            return "all"
         if self.pooling is Pooling.CLS:
-            return HiddenRows.FIRST if start == 0 else HiddenRows.NONE
-        return HiddenRows.LAST if end == length else HiddenRows.NONE
+            return "first" if start == 0 else "none"
+        return "last" if end == length else "none"
 
     def add(self, start: int, rows: torch.Tensor) -> None:
         """The rows (R, hidden) a chunk starting at position `start` kept (`hidden`'s)."""

@@ -4,61 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import Enum
 
 import torch
 
 from worker.engine.compiled_decode import CompiledDecode
+from worker.engine.step_plan import Chunk
 from worker.kv.base import KVCache
 from worker.model.batch import ForwardBatch
 from worker.model.llama import LlamaModel, ModelOutput
 from worker.model.paged_attention import plan_in_place
 from worker.model.shared_prefix import SharedPrefix, find_shared_prefixes
-
-
-class HiddenRows(Enum):
-    """Which of a chunk's rows come back as the final norm's output (an embedding pools them)."""
-
-    NONE = "none"
-    FIRST = "first"
-    LAST = "last"
-    ALL = "all"
-
-    def rows(self, length: int) -> range:
-        """The rows, within a chunk of `length` tokens."""
-        if self is HiddenRows.ALL:
-            return range(length)
-        if self is HiddenRows.FIRST:
-            return range(1)
-        return range(length - 1, length) if self is HiddenRows.LAST else range(0)
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """Tokens [start, start + len(token_ids)) of one sequence, fed in this forward."""
-
-    seq_id: int
-    start: int
-    token_ids: Sequence[int]
-    wants_logits: bool  # the chunk ends the sequence's known tokens: sample after it
-    all_logits: bool = False  # every token's logits (a prompt's own logprobs), in order
-    hidden: HiddenRows = HiddenRows.NONE  # rows whose final-norm output it keeps
-
-    @property
-    def hidden_rows(self) -> range:
-        return self.hidden.rows(len(self.token_ids))
-
-    @property
-    def end(self) -> int:
-        return self.start + len(self.token_ids)
-
-    @property
-    def num_logit_rows(self) -> int:
-        """Rows of the forward's logits this chunk gets: every token's, its last's, or none."""
-        if self.all_logits:
-            return len(self.token_ids)
-        return int(self.wants_logits)
 
 
 class ModelRunner:

@@ -11,11 +11,9 @@ from common.token_output import FinishReason
 from worker.engine.drafting import Drafter
 from worker.engine.output_processor import OutputProcessor
 from worker.engine.request_status import RequestStatus
-from worker.engine.runner import Chunk, HiddenRows
 from worker.engine.scheduler_config import SchedulerConfig, SchedulerCounters
-from worker.engine.scheduler_inbox import Delivery
 from worker.engine.sequence import Sequence, TokenEvent
-from worker.engine.step_plan import StepOutput, StepPlan, decode_chunks
+from worker.engine.step_plan import Chunk, Delivery, HiddenRows, StepOutput, StepPlan, decode_chunks
 from worker.engine.token_sampler import TokenSampler
 from worker.kv.base import KVCache
 from worker.sampling.sampler import SampleOutput
@@ -196,7 +194,7 @@ class Scheduler:
                     seq.token_ids[start:end],
                     wants_logits=end == length and pooled is None,  # an embedding samples none
                     all_logits=seq.records_prompt_logprobs,
-                    hidden=HiddenRows.NONE if pooled is None else pooled.hidden(start, end, length),
+                    hidden=HiddenRows(pooled.hidden(start, end, length) if pooled else "none"),
                 )
             )
             seqs.append(seq)

@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
+
+from worker.engine.step_plan import Delivery
 
 if TYPE_CHECKING:
     from worker.engine.sequence import Sequence
-
-
-class Delivery(NamedTuple):
-    """Everything handed in since the loop last looked."""
-
-    arrived: list[list[Sequence]]  # the choices of each request, in arrival order
-    aborts: set[str]  # request ids
-    abort_everything: bool  # abort every request added so far
 
 
 class SchedulerInbox:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from worker.engine.runner import Chunk, ModelRunner
-from worker.engine.step_plan import EMPTY_OUTPUT, StepOutput, StepPlan
+from worker.engine.runner import ModelRunner
+from worker.engine.step_plan import EMPTY_OUTPUT, Chunk, StepOutput, StepPlan
 from worker.engine.token_sampler import TokenSampler
 
 

@@ -1,15 +1,72 @@
-"""StepPlan and StepOutput: what one step feeds the model, and what sampling made of it."""
+"""The step's plan types: what the loop took in (Delivery), the chunks a forward feeds, the
+StepPlan that lists them, and the StepOutput sampling made of it."""
 
 from __future__ import annotations
 
+import collections.abc
 from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from worker.engine.runner import Chunk
-from worker.engine.sequence import Sequence
 from worker.kv.base import EMPTY_KV_PLAN, KVStepPlan
 from worker.sampling.sampler import SampleOutput
+
+if TYPE_CHECKING:  # the plan names sequences; sequence.py (through embedding.py) names chunks
+    from worker.engine.sequence import Sequence
+
+
+class Delivery(NamedTuple):
+    """Everything handed in since the loop last looked."""
+
+    arrived: list[list[Sequence]]  # the choices of each request, in arrival order
+    aborts: set[str]  # request ids
+    abort_everything: bool  # abort every request added so far
+
+
+class HiddenRows(Enum):
+    """Which of a chunk's rows come back as the final norm's output (an embedding pools them)."""
+
+    NONE = "none"
+    FIRST = "first"
+    LAST = "last"
+    ALL = "all"
+
+    def rows(self, length: int) -> range:
+        """The rows, within a chunk of `length` tokens."""
+        if self is HiddenRows.ALL:
+            return range(length)
+        if self is HiddenRows.FIRST:
+            return range(1)
+        return range(length - 1, length) if self is HiddenRows.LAST else range(0)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Tokens [start, start + len(token_ids)) of one sequence, fed in this forward."""
+
+    seq_id: int
+    start: int
+    token_ids: collections.abc.Sequence[int]
+    wants_logits: bool  # the chunk ends the sequence's known tokens: sample after it
+    all_logits: bool = False  # every token's logits (a prompt's own logprobs), in order
+    hidden: HiddenRows = HiddenRows.NONE  # rows whose final-norm output it keeps
+
+    @property
+    def hidden_rows(self) -> range:
+        return self.hidden.rows(len(self.token_ids))
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.token_ids)
+
+    @property
+    def num_logit_rows(self) -> int:
+        """Rows of the forward's logits this chunk gets: every token's, its last's, or none."""
+        if self.all_logits:
+            return len(self.token_ids)
+        return int(self.wants_logits)
 
 
 @dataclass(frozen=True, slots=True)

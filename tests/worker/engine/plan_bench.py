@@ -14,12 +14,10 @@ from tests.worker.stack_factory import tokenizer_for
 from worker.engine.embedding_requests import EmbeddingRequests
 from worker.engine.output_processor import OutputProcessor
 from worker.engine.request import RequestFactory
-from worker.engine.runner import Chunk
 from worker.engine.scheduler import Scheduler
 from worker.engine.scheduler_config import SchedulerConfig
-from worker.engine.scheduler_inbox import Delivery
 from worker.engine.sequence import Sequence, TokenEvent
-from worker.engine.step_plan import StepOutput, StepPlan
+from worker.engine.step_plan import Chunk, Delivery, StepOutput, StepPlan
 from worker.engine.token_sampler import TokenSampler
 from worker.kv.base import KVStorage
 from worker.kv.paged import PageCache

@@ -14,7 +14,7 @@ from common.rerank import RerankSettings
 from common.token_output import FinishReason
 from tests.worker.engine.plan_bench import PlanBench, plan_bench, position_row
 from worker.engine.rerank_requests import RerankRequests
-from worker.engine.runner import Chunk, HiddenRows
+from worker.engine.step_plan import Chunk, HiddenRows
 from worker.errors import ContextLengthExceeded, RequestError
 from worker.model.pooling import ModelPooling, Pooling
 from worker.model.score_head import ScoreHead

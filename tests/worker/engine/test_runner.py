@@ -3,7 +3,8 @@
 import torch
 
 from tests.worker.stack_factory import TINY, tiny_model
-from worker.engine.runner import Chunk, ModelRunner
+from worker.engine.runner import ModelRunner
+from worker.engine.step_plan import Chunk
 from worker.kv.base import KVStorage
 from worker.kv.paged import PageCache
 

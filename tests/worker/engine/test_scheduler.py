@@ -10,7 +10,7 @@ import pytest
 from common.sampling_params import SamplingParams
 from common.token_output import FinishReason
 from tests.worker.stack_factory import Stack, tiny_stack
-from worker.engine.runner import Chunk
+from worker.engine.step_plan import Chunk
 from worker.model.shared_prefix import MIN_SHARED_ROWS
 
 PROMPT_33 = list(range(1000, 1033))  # 8 full pages of 4 and one token over

@@ -12,9 +12,8 @@ import torch
 from common.token_output import FinishReason
 from tests.worker.engine.plan_bench import ids, plan_bench
 from worker.engine.request_status import RequestStatus
-from worker.engine.runner import Chunk
 from worker.engine.speculation import DecodeCost
-from worker.engine.step_plan import StepOutput
+from worker.engine.step_plan import Chunk, StepOutput
 from worker.kv.base import KVStepPlan, NewPages, ReadInPlace
 from worker.kv.paged import PageCache
 
