@@ -60,7 +60,10 @@ def test_prompt_logprobs_equal_transformers_cached_or_not_in_small_chunks(tiny_m
         row = expected[position - 1]
         assert entry.token_id == ids[position]
         assert entry.logprob == pytest.approx(float(row[ids[position]]), abs=1e-4)
-        assert entry.rank == int((row > row[ids[position]]).sum()) + 1
+        # Its rank among the vocabulary, up to the tokens within 1e-4 of it (summation order
+        # may tie or untie a near-equal logit of a random model).
+        x = row[ids[position]]
+        assert int((row > x + 1e-4).sum()) < entry.rank <= int((row > x - 1e-4).sum()) + 1
         top = expected[position - 1].topk(3)
         assert [t.token_id for t in entry.top] == top.indices.tolist()
         assert [t.logprob for t in entry.top] == pytest.approx(top.values.tolist(), abs=1e-4)
