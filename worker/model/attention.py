@@ -9,7 +9,7 @@ from torch import nn
 from worker.kernels.build import prefill_attention_available
 from worker.kv.kv_rows import is_quantized, read_rows, write_rows
 from worker.model.batch import ForwardBatch, LayerKV
-from worker.model.causal_prefix import attend_after_prefix
+from worker.model.causal_prefix import MIN_PREFIX_KEYS, attend_after_prefix
 from worker.model.config import ModelConfig
 from worker.model.norm import RMSNorm
 from worker.model.paged_attention import attend_in_place
@@ -179,8 +179,8 @@ class Attention(nn.Module):
             grouped.update(single)
         # A plain causal mask (no window), float32 on the CPU: the native kernel, which reads
         # the causal limit from the positions rather than a mask (docs/BENCHMARKS.md, "The
-        # native causal prefill attention"); without it, a chunk after the sequence's first
-        # attends the keys before it with no mask (worker.model.causal_prefix).
+        # native causal prefill attention"); without it, a chunk after thousands of keys
+        # attends those with no mask (worker.model.causal_prefix).
         causal = self.window == 0 and q.device.type == "cpu"
         native = causal and d % 16 == 0 and q.dtype == torch.float32
         native = native and prefill_attention_available()
@@ -196,7 +196,7 @@ class Attention(nn.Module):
             queries = queries.reshape(kvh, qlen * g, d)
             if native:
                 att = torch.ops.astrai.prefill_attention(queries.contiguous(), keys, values, g)
-            elif causal and klen > qlen:  # the keys before the chunk need no mask
+            elif causal and klen - qlen >= MIN_PREFIX_KEYS:  # the keys before need no mask
                 att = attend_after_prefix(queries, keys, values, g)
             else:
                 rows_mask = mask[i : i + 1, :, : qlen * g, :klen]

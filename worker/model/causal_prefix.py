@@ -11,6 +11,12 @@ from __future__ import annotations
 
 import torch
 
+# The fewest keys before a chunk for which it is attended in two parts. Below it the mask costs
+# little (1.04x at 1,024 keys, docs/BENCHMARKS.md), and a short prompt keeps the rounding it
+# had: a near-tie of its greedy answer, computed again from the prefix cache in one masked
+# attention, breaks the same way as before.
+MIN_PREFIX_KEYS = 512
+
 
 def attend_after_prefix(
     queries: torch.Tensor,  # (KVH, Q*G, D): row q*G + g, the queries of the last Q keys
