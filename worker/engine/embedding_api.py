@@ -9,7 +9,7 @@ import torch
 
 from common.embedding import EmbedSettings
 from worker.engine.embedding_requests import EmbeddingInput, EmbeddingRequests
-from worker.engine.event_stream import until_finished
+from worker.engine.event_stream import each_item_result
 from worker.engine.inference_scheduler import InferenceScheduler
 from worker.engine.sequence import EventSink, TokenEvent
 
@@ -45,13 +45,10 @@ class EmbeddingAPI:
         events: queue.Queue[TokenEvent] = queue.Queue()
         request_id = self.embeddings.requests.new_request_id()
         self.submit_embeddings(inputs, events.put, request_id, EmbedSettings(dimensions))
-        vectors: list[torch.Tensor | None] = [None] * len(inputs)
-        try:
-            for _, event in until_finished(events, len(inputs)):
-                vectors[event.index] = event.embedding
-        finally:
-            self.scheduler.abort(request_id)  # the caller gone early: its pages freed now
-        done = [v for v in vectors if v is not None]
-        if len(done) != len(inputs):
-            raise RuntimeError("embedding aborted: the engine is shutting down")
-        return done
+        return each_item_result(
+            events,
+            len(inputs),
+            lambda event: event.embedding,
+            lambda: self.scheduler.abort(request_id),
+            "embedding",
+        )

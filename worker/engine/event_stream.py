@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from common.token_output import FinishReason
 from worker.engine.sequence import TokenEvent
@@ -28,3 +28,28 @@ def until_finished(events: queue.Queue[Any], num_choices: int) -> Iterator[tuple
         raise_on_error(event)
         remaining -= event.finish_reason is not None
         yield tag, event
+
+
+T = TypeVar("T")
+
+
+def each_item_result(
+    events: queue.Queue[TokenEvent],
+    count: int,
+    result: Callable[[TokenEvent], T | None],
+    abort: Callable[[], None],
+    what: str,
+) -> list[T]:
+    """`result` of each of a prefill-only request's `count` items (event index i for item i),
+    in item order, once all have finished; `abort` runs however the wait ends, so a caller
+    gone early frees its pages at once."""
+    results: list[T | None] = [None] * count
+    try:
+        for _, event in until_finished(events, count):
+            results[event.index] = result(event)
+    finally:
+        abort()
+    done = [r for r in results if r is not None]
+    if len(done) != count:
+        raise RuntimeError(f"{what} aborted: the engine is shutting down")
+    return done

@@ -6,7 +6,7 @@ import queue
 from collections.abc import Sequence as SequenceABC
 
 from common.rerank import RerankSettings
-from worker.engine.event_stream import until_finished
+from worker.engine.event_stream import each_item_result
 from worker.engine.inference_scheduler import InferenceScheduler
 from worker.engine.rerank_requests import RerankRequests
 from worker.engine.sequence import EventSink, TokenEvent
@@ -48,13 +48,10 @@ class RerankAPI:
         request_id = self.reranks.requests.new_request_id()
         settings = RerankSettings(query, instruction, max_tokens_per_doc)
         self.submit_rerank(documents, settings, events.put, request_id)
-        scores: list[float | None] = [None] * len(documents)
-        try:
-            for _, event in until_finished(events, len(documents)):
-                scores[event.index] = event.score
-        finally:
-            self.scheduler.abort(request_id)  # the caller gone early: its pages freed now
-        done = [s for s in scores if s is not None]
-        if len(done) != len(documents):
-            raise RuntimeError("rerank aborted: the engine is shutting down")
-        return done
+        return each_item_result(
+            events,
+            len(documents),
+            lambda event: event.score,
+            lambda: self.scheduler.abort(request_id),
+            "rerank",
+        )
