@@ -32,7 +32,7 @@ from bench.server import LlamaServer, Server
 from bench.speed_bench import llama_server_binary
 from bench.workloads import w1
 from worker.machine.cpu_info import describe as describe_cpu
-from worker.model.model_dir import default_model_path
+from worker.model.default_model import default_model_path
 
 OURS, PEER = "astrai serve", "llama-server"
 TEACHER_TEXT = (

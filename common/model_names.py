@@ -3,9 +3,11 @@ a client's built-in names (`claude-*`) onto it. Both sides read names by these r
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from pathlib import PurePath
 
 WILDCARD = "*"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"  # the embedded default model's name in answers
 
 
 def is_pattern(name: str) -> bool:
@@ -28,6 +30,27 @@ def split_served_names(names: Iterable[str], default: str) -> tuple[str, tuple[s
     plain = [name for name in given if not is_pattern(name)]
     name = plain[0] if plain else default
     return name, tuple(alias for alias in dict.fromkeys(given) if alias != name)
+
+
+def model_names(model: str | None, served: Iterable[str]) -> tuple[str, tuple[str, ...]]:
+    """(name, aliases) a worker serving `model` (a path; None: the embedded default) under
+    `--served-model-name` `served` answers to: the launcher knows them before it loads."""
+    default = PurePath(model).stem if model is not None else DEFAULT_MODEL_NAME
+    return split_served_names(served, default)
+
+
+def resolve_name(served: Mapping[str, tuple[str, ...]], requested: str) -> str | None:
+    """The model `requested` means among `served` (each model's names, its own first): its
+    own name, else an alias, else the pattern with the longest prefix that matches."""
+    if requested in served:
+        return requested
+    matches = [
+        (not is_pattern(alias), len(alias), model)
+        for model, names in served.items()
+        for alias in names[1:]
+        if name_matches(alias, requested)
+    ]
+    return max(matches)[2] if matches else None
 
 
 def name_matches(served: str, requested: str) -> bool:

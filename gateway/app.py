@@ -22,6 +22,9 @@ from gateway.console import console_routes
 from gateway.errors import ErrorKind, GatewayError
 from gateway.handler import ProtocolHandler
 from gateway.kv_subscriber import KvSubscriber
+from gateway.model_control_client import ModelControlClient
+from gateway.model_loading import load_model, model_entries, unload_model
+from gateway.model_manager import ModelManager
 from gateway.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from gateway.prometheus import render_prometheus
 from gateway.protocols.anthropic import AnthropicResponseBuilder
@@ -73,8 +76,18 @@ class Gateway:
         self.admission = AdmissionControl(
             config.max_in_flight, config.max_queued, config.queue_timeout_s
         )
+        self.model_manager: ModelManager | None = None  # `astrai serve`'s on-demand models
+        if config.model_control is not None:
+            control = ModelControlClient(config.model_control)
+            self.model_manager = ModelManager(control, self.registry)
         self.services = RequestServices(
-            self.hub, self.registry, self.policy, self.metrics, config, self.admission
+            self.hub,
+            self.registry,
+            self.policy,
+            self.metrics,
+            config,
+            self.admission,
+            self.model_manager,
         )
         self.draining = False
         self.started_at = time.time()
@@ -128,6 +141,9 @@ class Gateway:
         except GatewayError as error:
             return self.openai.error_response(error)
         created = int(self.started_at)
+        if self.model_manager is not None:
+            data = model_entries(self.model_manager, created)
+            return JSONResponse({"object": "list", "data": data})
         # Every name a client may send, the model's own first; `root` is the model it means.
         data = [
             {"id": name, "object": "model", "created": created, "owned_by": "astrai", "root": model}
@@ -140,7 +156,8 @@ class Gateway:
         if self.draining:
             return JSONResponse({"detail": "the gateway is shutting down"}, status_code=503)
         workers = len(self.registry.live())
-        if workers == 0:
+        expected = self.model_manager is None or self.model_manager.expects_workers()
+        if workers == 0 and expected:
             return JSONResponse({"detail": "no worker is ready"}, status_code=503)
         return JSONResponse({"status": "ok", "model_loaded": True, "workers": workers})
 
@@ -160,6 +177,9 @@ class Gateway:
         }
         if self.kv_events is not None:
             stats["gateway"]["kv_events"] = self.kv_events.describe()
+        if self.model_manager is not None:
+            stats["models"] = self.model_manager.describe()
+            stats["gateway"]["memory_budget_mb"] = self.model_manager.catalog.budget_mb
         return JSONResponse(stats)
 
     async def prometheus(self, request: Request) -> Response:
@@ -172,10 +192,14 @@ class Gateway:
             await self.hub.start()
             if self.kv_events is not None:
                 await self.kv_events.start()
+            if self.model_manager is not None:
+                await self.model_manager.start()
             log.info("waiting for workers on %s", self.config.worker_bind)
             try:
                 yield
             finally:
+                if self.model_manager is not None:
+                    await self.model_manager.stop()
                 if self.kv_events is not None:
                     await self.kv_events.stop()
                 await self.hub.stop()
@@ -211,6 +235,8 @@ class Gateway:
             Route("/tokenize", self._protected(self.openai, tokenize), methods=["POST"]),
             Route("/detokenize", self._protected(self.openai, detokenize), methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
+            Route("/models/load", self._protected(self.openai, _load), methods=["POST"]),
+            Route("/models/unload", self._protected(self.openai, _unload), methods=["POST"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/stats", self.stats, methods=["GET"]),
             Route("/metrics", self.prometheus, methods=["GET"]),
@@ -242,6 +268,14 @@ class Gateway:
             )
             middleware.insert(0, cors)
         return middleware
+
+
+async def _load(handler: ProtocolHandler, request: Request) -> Response:
+    return await load_model(request, handler.services)
+
+
+async def _unload(handler: ProtocolHandler, request: Request) -> Response:
+    return await unload_model(request, handler.services)
 
 
 def create_app(config: GatewayConfig) -> Starlette:

@@ -128,6 +128,14 @@ class GatewayConfig:
             metavar="N",
         ),
     )
+    model_control: str | None = field(
+        default=None,
+        metadata=option(
+            "the ZeroMQ socket of `astrai serve` that loads and unloads its models (it sets "
+            "this for its own gateway)",
+            metavar="ADDRESS",
+        ),
+    )
     responses_store_mb: int = field(
         default=256,
         metadata=option("memory for stored responses, at most", metavar="MB"),
@@ -164,6 +172,8 @@ class GatewayConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.model_control is not None and not self.model_control.startswith("tcp://"):
+            raise ValueError(f"model_control must be a tcp:// address, got {self.model_control!r}")
         if self.curve_authorized_keys is not None and self.curve_secret_key is None:
             raise ValueError("curve_authorized_keys needs curve_secret_key")
         if self.api_key is not None and not self.api_key:

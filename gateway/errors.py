@@ -18,6 +18,7 @@ class ErrorKind(Enum):
     UNSUPPORTED_MEDIA_TYPE = (415, 415, "invalid_request_error", "invalid_request_error")
     RATE_LIMITED = (429, 529, "rate_limit_error", "overloaded_error")  # gateway queue full
     UNAVAILABLE = (503, 529, "server_error", "overloaded_error")  # no worker can take it
+    NO_MEMORY = (503, 503, "server_error", "api_error")  # a model the memory budget cannot hold
     INTERNAL = (500, 500, "server_error", "api_error")
 
     @property

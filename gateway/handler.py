@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.body import read_json, wait_disconnect
 from gateway.errors import ErrorKind, GatewayError
+from gateway.model_loading import await_loaded
 from gateway.protocols.base import ChatRequest, ResponseBuilder, StreamState
 from gateway.request_lifecycle import RequestLifecycle, wait_for_workers
 from gateway.response_fold import fold_events
@@ -75,7 +76,7 @@ class ProtocolHandler:
         handed_to_stream = False
         try:
             try:
-                model = await self.await_model(chat.model, started_at)
+                model = await self.await_model(chat.model, started_at, request)
                 state = await lifecycle.start(chat, model)
             except GatewayError as error:
                 return self.fail(lifecycle, error)
@@ -137,10 +138,15 @@ class ProtocolHandler:
         lifecycle.release(response.status_code, None)
         return response
 
-    async def await_model(self, requested: str | None, started_at: float) -> str:
+    async def await_model(
+        self, requested: str | None, started_at: float, request: Request | None = None
+    ) -> str:
         """resolve_model, once a worker is registered: while none is (the gateway started
         first, or its only worker restarts), the request waits for one until its queue
-        timeout from arrival has passed, then is refused as unavailable."""
+        timeout from arrival has passed, then is refused as unavailable. Under `astrai
+        serve`, a model not running is loaded for it first (gateway/model_loading.py)."""
+        if self.services.models is not None:
+            return await await_loaded(self.services, requested, started_at, request)
         deadline = started_at + self.services.config.queue_timeout_s
         await wait_for_workers(self.services.registry.models, deadline)
         return self.resolve_model(requested)

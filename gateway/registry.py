@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common.model_names import is_pattern, name_matches
+from common.model_names import resolve_name
 from common.schemas import Heartbeat, Register
 from common.worker_stats import WorkerStats
 
@@ -124,15 +124,5 @@ class WorkerRegistry:
         return {model: tuple(entry) for model, entry in names.items()}
 
     def resolve(self, requested: str) -> str | None:
-        """The model a requested name means: a model's own name, else an alias, else the
-        pattern with the longest prefix that matches (None: no model)."""
-        served = self.served_names()
-        if requested in served:
-            return requested
-        matches = [
-            (not is_pattern(alias), len(alias), model)
-            for model, names in served.items()
-            for alias in names[1:]
-            if name_matches(alias, requested)
-        ]
-        return max(matches)[2] if matches else None
+        """The model a requested name means (common.model_names.resolve_name; None: none)."""
+        return resolve_name(self.served_names(), requested)

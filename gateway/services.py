@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from gateway.admission import AdmissionControl
 from gateway.config import GatewayConfig
+from gateway.model_manager import ModelManager
 from gateway.registry import WorkerRegistry
 from gateway.router import RoutingPolicy
 from gateway.stats import GatewayMetrics
@@ -22,3 +23,4 @@ class RequestServices:
     metrics: GatewayMetrics
     config: GatewayConfig
     admission: AdmissionControl
+    models: ModelManager | None = None  # `astrai serve`'s models, loaded on demand

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -12,18 +13,20 @@ from common.log_setup import add_log_level, run_command
 from common.ports import free_loopback_port
 from gateway import cli as gateway_cli
 from gateway.config import GatewayConfig
+from launcher.model_catalog import ModelSpec, build_catalog
 from launcher.serve_options import ServeOptions
-from launcher.supervisor import ServePlan, run_serve, worker_commands
+from launcher.supervisor import ModelPlan, ServePlan, run_serve, worker_commands
 from worker import cli as worker_cli
 from worker.engine.options import EngineOptions
 from worker.server.process_options import WorkerProcessOptions
 
 # Fields `astrai serve` decides itself rather than take as flags: the worker socket is its
-# own `--worker-bind` (ServeOptions), the threads are the cores split between the workers,
-# and health ports would collide between local workers.
+# own `--worker-bind` (ServeOptions), the model-control socket its own, the threads are the
+# cores split between the workers, health ports would collide between local workers, and
+# `--model` (repeatable) is ServeOptions' list of models.
 SERVE_EXCLUDES: dict[type, frozenset[str]] = {
-    GatewayConfig: frozenset({"worker_bind"}),
-    WorkerProcessOptions: frozenset({"health_port"}),
+    GatewayConfig: frozenset({"worker_bind", "model_control"}),
+    WorkerProcessOptions: frozenset({"health_port", "model"}),
     EngineOptions: frozenset({"num_threads"}),
     ServeOptions: frozenset(),
 }
@@ -65,8 +68,25 @@ def serve_plan(args: argparse.Namespace) -> ServePlan:
     gateway = build(GatewayConfig, args, SERVE_EXCLUDES[GatewayConfig], worker_bind=worker_bind)
     engine = build(EngineOptions, args, SERVE_EXCLUDES[EngineOptions])
     process = build(WorkerProcessOptions, args, SERVE_EXCLUDES[WorkerProcessOptions])
-    workers = worker_commands(serve.workers, gateway, engine, process, args.log_level)
-    return ServePlan(gateway, workers, serve.startup_timeout_s)
+    defaults = ModelSpec(None, engine, serve.workers, serve.model_ttl_s)
+    catalog = build_catalog(serve.models, serve.models_dir, serve.models_file, defaults)
+    models = []
+    for spec in catalog:
+        entry = spec.catalog_entry()
+        prefix = "worker" if len(catalog) == 1 else f"{entry.name}-worker"
+        with_model = dataclasses.replace(process, model=spec.path)
+        commands = worker_commands(
+            spec.workers, gateway, spec.engine, with_model, args.log_level, prefix
+        )
+        models.append(ModelPlan(entry, commands))
+    budget = serve.budget_mb()
+    preloaded = sum(m.entry.estimate_mb for m in models if m.entry.preload)
+    if preloaded > budget:
+        raise ValueError(
+            f"the models loaded at start need about {preloaded} MiB, over the memory budget of "
+            f"{budget} MiB (--memory-budget-mb)"
+        )
+    return ServePlan(gateway, tuple(models), serve.startup_timeout_s, budget)
 
 
 def _keys(args: argparse.Namespace) -> int:

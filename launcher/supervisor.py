@@ -1,4 +1,5 @@
-"""`astrai serve`: start a gateway and N local workers, wait for them, stop them all together."""
+"""`astrai serve`: start a gateway and each preloaded model's local workers, wait for them,
+load and unload models as the gateway asks, stop them all together."""
 
 from __future__ import annotations
 
@@ -13,38 +14,54 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
+
+import zmq
 
 from common.cli_options import to_argv
+from common.model_control import Catalog, CatalogModel
 from common.signal_wakeup import SignalWakeup
 from gateway.config import GatewayConfig
+from launcher.model_control_server import ModelControlServer
+from launcher.model_workers import ChildCommand, ModelWorkers
 from worker.engine.options import EngineOptions
 from worker.server.process_options import WorkerProcessOptions
 from worker.server.worker_config import WorkerConfig
 
 PR_SET_PDEATHSIG = 1
-MAX_RESTARTS_PER_MINUTE = 5
 # Beyond its drain timeout, what a stopping gateway may take (cut streams flushed, uvicorn's
 # own graceful shutdown) before it is killed; and what a worker may take once its gateway is
 # gone and it has nothing left to run.
 GATEWAY_EXIT_GRACE_S = 10.0
 WORKER_EXIT_GRACE_S = 10.0
+LOOP_NAP_S = 0.2
 
 
-@dataclasses.dataclass(frozen=True)
-class ChildCommand:
-    """One child: `python -m <package> <argv>` (the gateway or a worker, never the launcher)."""
+@dataclass(frozen=True)
+class ModelPlan:
+    """One model of the catalog and the commands of its workers."""
 
-    package: str
-    argv: tuple[str, ...]
+    entry: CatalogModel
+    commands: tuple[ChildCommand, ...]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclass(frozen=True)
 class ServePlan:
     """Everything `astrai serve` runs, built and checked before anything starts."""
 
     gateway: GatewayConfig
-    workers: tuple[ChildCommand, ...]
+    models: tuple[ModelPlan, ...]
     startup_timeout_s: float
+    budget_mb: int
+
+    @property
+    def workers(self) -> tuple[ChildCommand, ...]:
+        """Every worker command, model by model."""
+        return tuple(command for model in self.models for command in model.commands)
+
+    def catalog(self) -> Catalog:
+        entries = tuple(model.entry for model in self.models)
+        return Catalog(entries, self.budget_mb, self.startup_timeout_s)
 
 
 def gateway_command(gateway: GatewayConfig, log_level: str) -> ChildCommand:
@@ -57,15 +74,16 @@ def worker_commands(
     engine: EngineOptions,
     process: WorkerProcessOptions,
     log_level: str,
+    id_prefix: str = "worker",
 ) -> tuple[ChildCommand, ...]:
-    """Worker i: `worker-i`, its share of the cores and, with `--device cuda`, `cuda:i`."""
+    """Worker i: `<id_prefix>-i`, its share of the cores and, with `--device cuda`, `cuda:i`."""
     threads = max(1, (os.cpu_count() or 1) // num_workers)  # no oversubscription
     commands = []
     for i in range(num_workers):
         device = f"cuda:{i}" if engine.device == "cuda" and num_workers > 1 else engine.device
         link = WorkerConfig(
             gateways=(gateway.worker_bind,),
-            worker_id=f"worker-{i}",
+            worker_id=f"{id_prefix}-{i}",
             curve_server_key=gateway.curve_secret_key,  # its public half is in the same file
         )
         options = dataclasses.replace(engine, device=device, num_threads=threads)
@@ -74,10 +92,13 @@ def worker_commands(
     return tuple(commands)
 
 
-def ready_message(gateway: GatewayConfig, num_workers: int) -> str:
-    """The line `astrai serve` prints once every worker counts, and the URLs to use."""
+def ready_message(gateway: GatewayConfig, num_workers: int, num_models: int = 1) -> str:
+    """The line `astrai serve` prints once every preloaded worker counts, and the URLs."""
     url = f"http://{gateway.host}:{gateway.port}"
-    lines = [f"AstrAI Serve ready at {url} ({num_workers} worker(s))"]
+    served = f"{num_workers} worker(s)"
+    if num_models > 1:
+        served += f", {num_models} models: the others load on their first request"
+    lines = [f"AstrAI Serve ready at {url} ({served})"]
     if gateway.console:
         lines.append(f"  web console        {url}/")
     lines.append(f"  OpenAI API         {url}/v1/chat/completions")
@@ -97,18 +118,24 @@ def _spawn(command: ChildCommand) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, preexec_fn=_die_with_parent)
 
 
-def _workers_ready(url: str) -> int:
+def _workers_ready(url: str) -> int | None:
+    """The workers the gateway counts; None while it does not answer."""
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
             return int(json.loads(response.read()).get("workers", 0))
+    except urllib.error.HTTPError as error:  # 503 while no worker is ready
+        return 0 if error.code == 503 else None
     except (urllib.error.URLError, OSError, ValueError):
-        return 0
+        return None
 
 
 def run_serve(plan: ServePlan, log_level: str) -> int:
-    """Run the gateway and the workers until a signal, a gateway exit or a crash loop."""
-    gateway, workers = plan.gateway, plan.workers
-    num_workers = len(workers)
+    """Run the gateway and the preloaded models' workers until a signal, a gateway exit or,
+    with one model, its crash loop; the gateway loads and unloads the others through the
+    model-control socket."""
+    workers = {m.entry.name: ModelWorkers(m.entry.name, m.commands, _spawn) for m in plan.models}
+    control = ModelControlServer(plan.catalog(), workers)
+    gateway = dataclasses.replace(plan.gateway, model_control=control.address)
     children = [_spawn(gateway_command(gateway, log_level))]
     stopping = False
 
@@ -119,47 +146,59 @@ def run_serve(plan: ServePlan, log_level: str) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     wakeup = SignalWakeup()
+    poller = zmq.Poller()
+    poller.register(control.socket, zmq.POLLIN)
+    poller.register(wakeup.fileno(), zmq.POLLIN)
+
+    def nap() -> None:
+        """Until a signal, a model-control request or the nap's end; answer what came."""
+        poller.poll(int(LOOP_NAP_S * 1000))
+        wakeup.clear()
+        control.answer_pending()
+
     try:
-        children += [_spawn(command) for command in workers]
+        preloaded = [workers[m.entry.name] for m in plan.models if m.entry.preload]
+        for model in preloaded:
+            model.start()
+        expected = sum(len(model.commands) for model in preloaded)
         url = f"http://{gateway.host}:{gateway.port}"
         deadline = time.monotonic() + plan.startup_timeout_s
-        while not stopping and _workers_ready(url) < num_workers:
-            if any(child.poll() is not None for child in children):
+        while not stopping:
+            started = [child for model in preloaded for child in model.children]
+            if any(child.poll() is not None for child in children + started):
                 print("astrai serve: a child process exited during startup", file=sys.stderr)
                 return 1
+            ready = _workers_ready(url)
+            if ready is not None and ready >= expected:
+                break
             if time.monotonic() > deadline:
                 print("astrai serve: workers did not register in time", file=sys.stderr)
                 return 1
-            wakeup.nap(0.2)
+            nap()
         if not stopping:
-            print(ready_message(gateway, num_workers), flush=True)
-        restarts: list[float] = []
+            print(ready_message(gateway, expected, len(plan.models)), flush=True)
         while not stopping:
             if children[0].poll() is not None:
                 print("astrai serve: the gateway exited; stopping", file=sys.stderr)
                 return 1
-            for i, child in enumerate(children[1:], start=1):
-                if child.poll() is None:
-                    continue
-                # A crashed worker comes back under a new incarnation; a crash loop stops us.
-                now = time.monotonic()
-                restarts = [t for t in restarts if now - t < 60] + [now]
-                if len(restarts) > MAX_RESTARTS_PER_MINUTE:
-                    print("astrai serve: workers keep crashing; stopping", file=sys.stderr)
+            for model in workers.values():
+                for line in model.poll(time.monotonic()):
+                    print(f"astrai serve: {line}", file=sys.stderr)
+                if model.failed and len(workers) == 1:
+                    print("astrai serve: the model's workers cannot run; stopping", file=sys.stderr)
                     return 1
-                print(
-                    f"astrai serve: worker-{i - 1} exited ({child.returncode}); restarting",
-                    file=sys.stderr,
-                )
-                children[i] = _spawn(workers[i - 1])
-            wakeup.nap(0.2)
+            nap()
         return 0
     finally:
         wakeup.close()
         # The gateway first: it drains (running streams get the drain timeout, then end with
         # an error event and are aborted on their workers); only then do the workers stop.
-        _terminate(children[:1], gateway.drain_timeout_s + GATEWAY_EXIT_GRACE_S)
-        _terminate(children[1:], WORKER_EXIT_GRACE_S)
+        _terminate(children, gateway.drain_timeout_s + GATEWAY_EXIT_GRACE_S)
+        for model in workers.values():
+            model.stop()
+        for model in workers.values():
+            model.reap(WORKER_EXIT_GRACE_S)
+        control.close()
 
 
 def _terminate(children: list[subprocess.Popen[bytes]], grace_s: float) -> None:

@@ -21,6 +21,10 @@ OPTION_CLASSES = (WorkerConfig, WorkerProcessOptions, EngineOptions)
 
 log = logging.getLogger(__name__)
 
+# A worker that cannot load its model exits with this: `astrai serve` does not start it again
+# (it would fail the same way) and says why the model failed.
+CANNOT_LOAD_EXIT = 3
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for cls in OPTION_CLASSES:
@@ -46,7 +50,7 @@ def run(link: WorkerConfig, engine: EngineOptions, process: WorkerProcessOptions
     except (OSError, ValueError, KeyError) as exc:
         # A bad model file or folder: one line naming it and the cause, not a traceback.
         log.error("cannot serve the model: %s", exc)
-        return 1
+        return CANNOT_LOAD_EXIT
     serve_worker(inference, link, process.health_port)
     return 0
 

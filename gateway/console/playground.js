@@ -83,7 +83,8 @@ export class Playground {
     $("protocol-note").textContent = PROTOCOLS[$("protocol").value].note;
   }
 
-  /** Fill the model list from /v1/models (which needs the key when one is set). */
+  /** Fill the model list from /v1/models (which needs the key when one is set); under
+   * `astrai serve` each shows whether it runs (a model not loaded loads on its first turn). */
   async loadModels() {
     const select = $("model");
     try {
@@ -92,7 +93,9 @@ export class Playground {
       select.replaceChildren(
         ...data.map((model) => {
           const option = document.createElement("option");
-          option.value = option.textContent = model.id;
+          option.value = model.id;
+          const state = model.status?.value;
+          option.textContent = state && state !== "loaded" ? `${model.id} (${state})` : model.id;
           return option;
         }),
       );

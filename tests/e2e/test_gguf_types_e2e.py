@@ -18,9 +18,10 @@ from tests.worker.native import needs_ggml
 from worker.engine.inference_engine import InferenceEngine
 from worker.kernels.kquant_probe import gemv_available
 from worker.kernels.plan import kernel_plan
+from worker.model.default_model import default_model_path
 from worker.model.kernel_probe import measure
 from worker.model.loader import load_model
-from worker.model.model_dir import default_model_path, resolve_model_dir
+from worker.model.model_dir import resolve_model_dir
 
 pytestmark = [pytest.mark.slow, needs_ggml]
 # Woven Q4_0 and Q4_K (ggml's interleaved kernels), plain Q5_1 (its vec_dot), Q5_0 (our Q5_0

@@ -13,7 +13,8 @@ from bench.types_bench import TEACHER_TEXT
 from tests.e2e import gguf_argmax
 from tests.e2e.llama_cpp import LlamaCpp, greedy_next_tokens, require_llama_cpp
 from tests.worker.native import needs_ggml
-from worker.model.model_dir import default_model_path, resolve_model_dir
+from worker.model.default_model import default_model_path
+from worker.model.model_dir import resolve_model_dir
 from worker.text.tokenizer import Tokenizer
 
 pytestmark = [pytest.mark.slow, needs_ggml]

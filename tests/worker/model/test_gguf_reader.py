@@ -10,8 +10,8 @@ from gguf import GGUFWriter
 from tests.worker.gguf_oracle import transformers_from_gguf
 from tests.worker.model_factory import hf_model, llama_cpp_permute, write_gguf
 from worker.model.config import ModelConfig
+from worker.model.default_model import default_model_path
 from worker.model.gguf_reader import _unpermute_qk, hf_name, read_gguf
-from worker.model.model_dir import default_model_path
 
 
 def test_unpermute_qk_restores_llama_cpp_permutation():

@@ -40,7 +40,8 @@ class Row:
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    from worker.model.model_dir import default_model_path, resolve_model_dir
+    from worker.model.default_model import default_model_path
+    from worker.model.model_dir import resolve_model_dir
 
     return Tokenizer(resolve_model_dir(default_model_path()))
 
