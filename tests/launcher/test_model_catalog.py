@@ -148,3 +148,13 @@ def test_the_documented_models_file_reads_as_it_says(tmp_path: Path):
     assert chat.pinned and chat.preload and chat.ttl_s == 900
     assert (embed.names[0], embed.engine.kv_cache_mb, embed.preload) == ("embed", 512, None)
     assert (rerank.names[0], rerank.engine.kv_cache_mb) == ("rerank", 128)
+
+
+def test_the_readmes_models_file_reads_too(tmp_path: Path):
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    models = tmp_path / "models.toml"
+    models.write_text(readme.split("```toml\n", 1)[1].split("```", 1)[0])
+    hf_folder(tmp_path, "qwen3-embedding")
+    chat, embed = build_catalog([], None, str(models), DEFAULTS)
+    assert chat.names == ("chat", ("claude-*",)) and chat.pinned and chat.ttl_s == 900
+    assert embed.engine.kv_cache_mb == 128 and embed.ttl_s == 900
