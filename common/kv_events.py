@@ -15,6 +15,7 @@ import msgpack
 # 64-bit integers, chained: a page's hash covers its parent's hash and its own token ids, so
 # equal hashes mean equal prefixes, and a router computes them from a prompt's token ids.
 
+DISK = "DISK"  # the medium of a page in a worker's disk tier (beside "CPU" or "GPU" memory)
 STORED = "BlockStored"
 REMOVED = "BlockRemoved"
 CLEARED = "AllBlocksCleared"

@@ -7,7 +7,14 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from common.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent, KvEventBatch
+from common.kv_events import (
+    DISK,
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KvEvent,
+    KvEventBatch,
+)
 
 # A worker's batches are applied in sequence order, each exactly once: batch n + 1 after
 # batch n. A batch that begins with AllBlocksCleared states the whole state from scratch
@@ -16,7 +23,9 @@ from common.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEven
 # (gateway/kv_subscriber.py) fills it. Events that contradict the state (a page stored
 # after a parent it does not hold, a page removed that it does not hold, another page size)
 # mean the state is wrong: it is rebuilt from a snapshot. Meanwhile routing reads what is
-# there; a wrong guess costs cache hits, never correctness.
+# there; a wrong guess costs cache hits, never correctness. Pages in a worker's disk tier
+# (medium DISK) are a set of their own, checked loosely: the files are shared and evicted by
+# more than one writer, so a disk page may come or go without its parent, or twice.
 
 
 class Applied(enum.Enum):
@@ -33,6 +42,7 @@ class WorkerPages:
     last_seq: int | None = None  # the last batch applied; None: none since the last reset
     in_step: bool = False  # every batch up to last_seq applied
     held: set[int] = field(default_factory=set)
+    on_disk: set[int] = field(default_factory=set)  # in its disk tier (read back, not computed)
     # Pages a prompt routed here will hold once the worker admits it (its events follow):
     # hash → until when (monotonic seconds), oldest first.
     expected: OrderedDict[int, float] = field(default_factory=OrderedDict)
@@ -42,7 +52,14 @@ class WorkerPages:
         for event in events:
             if isinstance(event, AllBlocksCleared):
                 self.held.clear()
+                self.on_disk.clear()
                 self.expected.clear()
+            elif isinstance(event, BlockStored) and event.medium == DISK:
+                if event.block_size != self.block_size:
+                    return False
+                self.on_disk.update(event.block_hashes)
+            elif isinstance(event, BlockRemoved) and event.medium == DISK:
+                self.on_disk.difference_update(event.block_hashes)
             elif isinstance(event, BlockStored):
                 parent = event.parent_block_hash
                 if event.block_size != self.block_size or (
@@ -106,15 +123,17 @@ class KvIndex:
         if pages is not None:
             pages.in_step = False
 
-    def match(self, worker_id: str, hashes: Sequence[int], now: float) -> int:
+    def match(self, worker_id: str, hashes: Sequence[int], now: float, disk: bool = False) -> int:
         """How many of a prompt's leading pages the worker holds, or will once it admits a
-        prompt routed to it lately."""
+        prompt routed to it lately; with `disk`, those in its disk tier count too (it reads
+        them back rather than compute them)."""
         pages = self._workers.get(worker_id)
         if pages is None:
             return 0
         matched = 0
         for page_hash in hashes:
-            if page_hash not in pages.held and pages.expected.get(page_hash, 0.0) <= now:
+            held = page_hash in pages.held or (disk and page_hash in pages.on_disk)
+            if not held and pages.expected.get(page_hash, 0.0) <= now:
                 break
             matched += 1
         return matched
@@ -138,6 +157,7 @@ class KvIndex:
     def holds_any(self, worker_ids: Sequence[str]) -> bool:
         """Whether any of these workers holds (or is expected to hold) a page at all."""
         return any(
-            (pages := self._workers.get(w)) is not None and (pages.held or pages.expected)
+            (pages := self._workers.get(w)) is not None
+            and (pages.held or pages.on_disk or pages.expected)
             for w in worker_ids
         )

@@ -70,13 +70,15 @@ class KvSubscriber:
             self._context.destroy(linger=0)
 
     def describe(self) -> dict[str, dict[str, object]]:
-        """Per followed worker: pages held, the last batch applied, whether in step."""
+        """Per followed worker: pages held (in memory, on disk), the last batch applied,
+        whether in step."""
         described: dict[str, dict[str, object]] = {}
         for worker_id in self._followed:
             pages = self.index.get(worker_id)
             if pages is not None:
                 described[worker_id] = {
                     "pages": len(pages.held),
+                    "pages_on_disk": len(pages.on_disk),
                     "last_seq": pages.last_seq,
                     "in_step": pages.in_step,
                 }

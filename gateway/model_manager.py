@@ -265,6 +265,8 @@ class ModelManager:
                 await self._unload_idle()
             except (ModelControlError, GatewayError) as exc:
                 log.warning("model control: %s", exc)
+            except Exception:  # the watch must outlive any one failure
+                log.exception("model control: the watch failed; it goes on")
 
     async def _unload_idle(self) -> None:
         now = self.clock()

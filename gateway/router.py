@@ -88,6 +88,8 @@ class ExactPrefix(RoutingPolicy):
     """Send a prompt to the worker that holds most of its leading pages, as the workers'
     own KV events say (gateway/kv_index.py, fed by gateway/kv_subscriber.py).
 
+    Pages in a worker's disk tier (medium DISK) count as held, since it reads them back
+    instead of computing them; between equal holders the one with more in memory wins.
     The gateway has no tokenizer, so the prompt's token ids come from a worker first
     (gateway/kv_routing.py); their chained page hashes (common/kv_events.py) are the ones
     the workers publish. The worker holding most of them wins if that covers at least
@@ -132,13 +134,23 @@ class ExactPrefix(RoutingPolicy):
             def tokens(w: WorkerState, pages: int) -> int:
                 return min(pages * w.page_size, reusable - reusable % w.page_size)
 
-            held, sent = {}, {}
+            held, in_memory, sent = {}, {}, {}
             for w in workers:
-                hashes = by_size[w.page_size]
-                held[w.worker_id] = tokens(w, self.index.match(w.worker_id, hashes, now))
+                hashes, index = by_size[w.page_size], self.index
+                held[w.worker_id] = tokens(w, index.match(w.worker_id, hashes, now, disk=True))
+                in_memory[w.worker_id] = tokens(w, index.match(w.worker_id, hashes, now))
                 sent[w.worker_id] = tokens(w, self._sent_to(w.worker_id).match(hashes))
             needed = max(1.0, self.min_match * reusable)
-            holder = max(workers, key=lambda w: (held[w.worker_id], sent[w.worker_id], -w.load))
+            # Pages on disk are read back, not computed: they count as held, memory first.
+            holder = max(
+                workers,
+                key=lambda w: (
+                    held[w.worker_id],
+                    in_memory[w.worker_id],
+                    sent[w.worker_id],
+                    -w.load,
+                ),
+            )
             before = max(workers, key=lambda w: (sent[w.worker_id], -w.load))
             if held[holder.worker_id] >= needed:
                 chosen = holder

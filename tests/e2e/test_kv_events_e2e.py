@@ -110,16 +110,25 @@ def test_an_outside_subscriber_reads_well_formed_block_stored_events(
         ).json()["tokens"]
         hashes = prompt_block_hashes(tokens, PAGE_SIZE)
         stored: list[list] = []
+        on_disk: list[list] = []  # the same pages, once their files are written
         deadline = time.monotonic() + 10
-        while not stored and time.monotonic() < deadline:
+        while not (stored and on_disk) and time.monotonic() < deadline:
             if not sub.poll(1000):
                 continue
             topic, seq, payload = sub.recv_multipart()
             assert topic.decode() in workers and len(seq) == 8
             ts, events = msgpack.unpackb(payload)
             assert isinstance(ts, float) and time.time() - 60 < ts <= time.time()
-            stored += [e for e in events if e[0] == "BlockStored" and e[1][0] == hashes[0]]
+            for event in events:
+                if event[0] == "BlockStored" and event[1][0] in hashes:
+                    (on_disk if event[-1] == "DISK" else stored).append(event)
+        stored = [e for e in stored if e[1][0] == hashes[0]]
         assert stored, "no BlockStored for the prompt's first page"
+        assert on_disk, "no BlockStored of medium DISK for the prompt's pages"
+        for _, (page_hash,), parent, page_tokens, _, _, _ in on_disk:
+            i = hashes.index(page_hash)
+            assert parent == (hashes[i - 1] if i else None)
+            assert page_tokens == tokens[i * PAGE_SIZE : (i + 1) * PAGE_SIZE]
         _, block_hashes, parent, token_ids, block_size, lora_id, medium = stored[0]
         assert block_hashes == hashes[: len(block_hashes)] and len(block_hashes) > 1
         assert parent is None and token_ids == tokens[: len(block_hashes) * PAGE_SIZE]

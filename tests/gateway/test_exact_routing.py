@@ -118,3 +118,23 @@ def test_without_token_ids_it_routes_on_the_text_as_cache_aware_does():
     assert policy.pick(registry.all(), text) is first  # the text's blocks were sent there
     policy.forget(first.worker_id)
     assert policy.pick(registry.all(), text) is not first
+
+
+def on_disk(policy: ExactPrefix, worker_id: str, tokens: list[int], num_pages: int) -> None:
+    """The worker's events say its disk tier holds the prompt's first `num_pages` pages."""
+    policy.index.track(worker_id, 16)
+    hashes = tuple(hashes_of(tokens, 16)[:num_pages])
+    stored = BlockStored(hashes, None, tuple(tokens[: 16 * num_pages]), 16, None, "DISK")
+    policy.index.apply(worker_id, 0, KvEventBatch(0.0, (AllBlocksCleared(), stored)))
+
+
+def test_a_worker_with_the_prefix_on_disk_wins_over_a_cold_one_and_memory_over_disk():
+    registry = workers("w0", "w1", "w2")
+    policy = ExactPrefix()
+    policy.index.track("w0", 16)
+    on_disk(policy, "w1", PROMPT_A, 4)
+    assert policy.pick_tokens(registry.all()[:2], PROMPT_A, now=0.0).worker_id == "w1"
+    policy = ExactPrefix()
+    on_disk(policy, "w1", PROMPT_A, 4)
+    holding(policy, "w2", PROMPT_A, 4)
+    assert policy.pick_tokens(registry.all(), PROMPT_A, now=0.0).worker_id == "w2"

@@ -119,3 +119,18 @@ def test_expected_pages_count_until_they_expire_or_are_removed():
     index.apply("w0", 2, batch(BlockRemoved((H[0],))))
     assert index.match("w0", H, now=201.0) == 0  # removed by the worker: no longer expected
     assert index.holds_any(["w0"]) and not index.holds_any(["w1"])
+
+
+def test_pages_on_disk_are_kept_apart_and_match_only_when_asked():
+    index = following("w0")
+    on_disk = BlockStored((H[0], H[1]), None, tuple(range(8)), 4, None, "DISK")
+    index.apply("w0", 0, batch(AllBlocksCleared(), stored(H[:1]), on_disk))
+    index.apply("w0", 1, batch(BlockRemoved((H[0],))))  # out of memory, still on disk
+    assert index.match("w0", H, now=0.0) == 0
+    assert index.match("w0", H, now=0.0, disk=True) == 2
+    # Disk events are loose: a page removed twice, or stored without its parent, is no fault.
+    assert index.apply("w0", 2, batch(BlockRemoved((H[1],), "DISK"))) is Applied.APPLIED
+    assert index.apply("w0", 3, batch(BlockRemoved((H[1],), "DISK"))) is Applied.APPLIED
+    assert index.match("w0", H, now=0.0, disk=True) == 1
+    assert index.apply("w0", 4, batch(AllBlocksCleared())) is Applied.APPLIED
+    assert index.match("w0", H, now=0.0, disk=True) == 0

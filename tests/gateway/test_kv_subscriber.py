@@ -97,7 +97,9 @@ async def test_a_worker_is_followed_from_a_replay_then_live():
         assert index.match("w0", H, now=0.0) == 1
         await publisher.publish(2, SECOND)
         await eventually(lambda: index.match("w0", H, now=0.0) == 2)
-        assert subscriber.describe() == {"w0": {"pages": 2, "last_seq": 2, "in_step": True}}
+        assert subscriber.describe() == {
+            "w0": {"pages": 2, "pages_on_disk": 0, "last_seq": 2, "in_step": True}
+        }
         assert not drops.counts
     finally:
         await stop(context, subscriber)

@@ -26,9 +26,12 @@ class DiskPages:
         """The names of the prompt's full pages."""
         return prompt_digests(tokens, len(tokens) // self.page_size, self.page_size)
 
-    def write(self, digest: bytes, page: int) -> None:
-        """A computed page to the tier (copied only if the tier takes it)."""
-        self.disk.write(digest, partial(self.storage.page_payload, page))
+    def write(self, digest: bytes, page: int, tokens: Sequence[int]) -> None:
+        """A computed page to the tier (copied only if the tier takes it); with KV events
+        on, its chain goes along, published once the file is written."""
+        recorder = self.pool.recorder
+        chain = recorder.chain_of(page, tokens) if recorder is not None else None
+        self.disk.write(digest, partial(self.storage.page_payload, page), chain)
 
     def restore(
         self,

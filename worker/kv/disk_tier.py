@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from common.kv_events import DISK, BlockRemoved, BlockStored, KvEvent
+from worker.kv.kv_events import PageChain
 from worker.kv.page_file import (
     DIGEST_BYTES,
     SUFFIX,
@@ -68,11 +70,15 @@ class DiskTier:
         self._files: OrderedDict[Path, int] = OrderedDict()  # oldest use first → bytes
         self._bytes = 0
         self._queued: set[bytes] = set()  # digests waiting for the writer
+        # Pages this process wrote with their published chain (KV events on): their file's
+        # eviction is published too. The events wait for the engine thread's take.
+        self._announced: dict[Path, int] = {}
+        self._events: list[KvEvent] = []
         self._scan()
         self._evict()  # a budget lowered since the last start
         self.enabled = True
         self._pages_written = self._pages_read = self._pages_dropped = self._read_failures = 0
-        self._queue: queue.Queue[tuple[bytes, torch.Tensor] | None] = queue.Queue(
+        self._queue: queue.Queue[tuple[bytes, torch.Tensor, PageChain | None] | None] = queue.Queue(
             maxsize=max(1, QUEUE_BYTES // max(1, page_bytes))
         )
         self._writer = threading.Thread(target=self._write_loop, name="kv-disk", daemon=True)
@@ -139,15 +145,21 @@ class DiskTier:
         return False
 
     # -- writing (copied out on the engine thread, written on the tier's own) -------------
-    def write(self, digest: bytes, copy_payload: Callable[[], torch.Tensor]) -> None:
+    def write(
+        self,
+        digest: bytes,
+        copy_payload: Callable[[], torch.Tensor],
+        chain: PageChain | None = None,
+    ) -> None:
         """Queue a page to be written, unless it is on disk or queued already; its payload
-        is copied (`copy_payload`) only then."""
+        is copied (`copy_payload`) only then. A `chain` is published (BlockStored, medium
+        DISK) once the file is written."""
         if not self.enabled or digest in self._queued or (self.dir / file_name(digest)).exists():
             return
         with self._lock:
             self._queued.add(digest)
         try:
-            self._queue.put_nowait((digest, copy_payload()))
+            self._queue.put_nowait((digest, copy_payload(), chain))
         except queue.Full:
             self._pages_dropped += 1
             with self._lock:
@@ -155,12 +167,12 @@ class DiskTier:
 
     def _write_loop(self) -> None:
         while (item := self._queue.get()) is not None:
-            digest, payload = item
-            self._write_one(digest, payload)
+            digest, payload, chain = item
+            self._write_one(digest, payload, chain)
             with self._lock:
                 self._queued.discard(digest)
 
-    def _write_one(self, digest: bytes, payload: torch.Tensor) -> None:
+    def _write_one(self, digest: bytes, payload: torch.Tensor, chain: PageChain | None) -> None:
         if not self.enabled:
             self._pages_dropped += 1
             return
@@ -175,6 +187,12 @@ class DiskTier:
         with self._lock:
             self._bytes += size - self._files.pop(path, 0)
             self._files[path] = size
+            if chain is not None:
+                page_hash, parent, tokens = chain
+                self._announced[path] = page_hash
+                self._events.append(
+                    BlockStored((page_hash,), parent, tokens, len(tokens), None, DISK)
+                )
         self._evict()
 
     def _evict(self) -> None:
@@ -184,12 +202,26 @@ class DiskTier:
                     return
                 path, size = self._files.popitem(last=False)
                 self._bytes -= size
+                self._unannounce(path)
             path.unlink(missing_ok=True)
 
     def _forget(self, path: Path) -> None:
         with self._lock:
             self._bytes -= self._files.pop(path, 0)
+            self._unannounce(path)
         path.unlink(missing_ok=True)
+
+    def _unannounce(self, path: Path) -> None:
+        """Under the lock: a published page's file is going."""
+        page_hash = self._announced.pop(path, None)
+        if page_hash is not None:
+            self._events.append(BlockRemoved((page_hash,), DISK))
+
+    def take_events(self) -> list[KvEvent]:
+        """The pages written and evicted since the last take (the engine thread's)."""
+        with self._lock:
+            events, self._events = self._events, []
+        return events
 
     def flush(self) -> None:
         """Until every queued page is written, the writer then running on."""

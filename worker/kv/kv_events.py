@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from common.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KvEvent, block_hash
+
+# One page as published: (its hash, its parent's hash or None, its tokens).
+PageChain = tuple[int, int | None, tuple[int, ...]]
 
 # The recorder sees every page the prefix index takes in or lets go of (PagePool calls it),
 # in that order, and keeps each indexed page's chained hash: the published hash of a page
@@ -18,7 +21,10 @@ class KvEventRecorder:
         self.block_size = block_size
         self.medium = medium
         self._hashes: dict[int, int] = {}  # indexed page → its published hash
+        self._parents: dict[int, int | None] = {}  # indexed page → its parent's hash
         self.pending: list[KvEvent] = []
+        # The disk tier's events since the last take (pages written, files evicted).
+        self.disk_events: Callable[[], list[KvEvent]] | None = None
 
     def __len__(self) -> int:
         return len(self._hashes)
@@ -30,6 +36,7 @@ class KvEventRecorder:
             return  # indexed before the recorder was attached: its chain cannot be named
         page_hash = block_hash(parent_hash, tokens)
         self._hashes[page] = page_hash
+        self._parents[page] = parent_hash
         last = self.pending[-1] if self.pending else None
         if isinstance(last, BlockStored) and last.block_hashes[-1] == parent_hash:
             # The next page of the same chain: one event for the run, as vLLM sends them.
@@ -49,6 +56,8 @@ class KvEventRecorder:
 
     def removed(self, pages: Sequence[int]) -> None:
         """`pages` left the index (evicted, orphaned before being computed)."""
+        for page in pages:
+            self._parents.pop(page, None)
         hashes = tuple(h for page in pages if (h := self._hashes.pop(page, None)) is not None)
         if not hashes:
             return
@@ -61,9 +70,19 @@ class KvEventRecorder:
     def cleared(self) -> None:
         """The whole index was dropped."""
         self._hashes.clear()
+        self._parents.clear()
         self.pending.append(AllBlocksCleared())
 
+    def chain_of(self, page: int, tokens: Sequence[int]) -> PageChain | None:
+        """How an indexed page is published (None: not indexed, or its chain unknown)."""
+        page_hash = self._hashes.get(page)
+        if page_hash is None:
+            return None
+        return page_hash, self._parents.get(page), tuple(tokens)
+
     def take(self) -> list[KvEvent]:
-        """The events since the last take, in order."""
+        """The events since the last take, in order, then the disk tier's."""
         events, self.pending = self.pending, []
+        if self.disk_events is not None:
+            events += self.disk_events()
         return events

@@ -248,7 +248,8 @@ class PageCache(KVCache):
         for i in range(entry.num_committed_pages, num_full):
             self.pool.mark_computed(entry.pages[i])
             if self.disk_pages is not None and i < len(entry.digests):
-                self.disk_pages.write(entry.digests[i], entry.pages[i])
+                page_tokens = tokens[i * self.page_size : (i + 1) * self.page_size]
+                self.disk_pages.write(entry.digests[i], entry.pages[i], page_tokens)
         entry.num_committed_pages = max(entry.num_committed_pages, num_full)
         # Pages completed by decoding (or after a lost index) join the index computed.
         self._index_pages(entry, tokens, num_full, owner=None)

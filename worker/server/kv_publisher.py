@@ -154,6 +154,8 @@ def attach_publisher(
         return None
     # Before any request: the engine thread is idle, and reads these from its next step on.
     cache.pool.recorder = publisher.recorder
+    if cache.disk is not None:  # its pages on disk are published too, medium DISK
+        publisher.recorder.disk_events = cache.disk.take_events
     engine.scheduler.flush_listeners.append(publisher.flush)
     log.info("KV events on %s (replay %s)", publisher.address, publisher.replay_address)
     return publisher

@@ -16,8 +16,10 @@ import pytest
 import torch
 
 import worker.kv.disk_tier
+from common.kv_events import DISK, BlockRemoved, BlockStored, prompt_block_hashes
 from worker.kv.base import Admission, KVStorage
 from worker.kv.disk_tier import STALE_TEMP_S, DiskTier, DiskTierStats
+from worker.kv.kv_events import KvEventRecorder
 from worker.kv.page_file import (
     HEADER,
     file_name,
@@ -372,3 +374,26 @@ def test_workers_sharing_a_folder_write_the_same_pages_and_each_reads_them_whole
         assert disk.read(bytes([int(value)]) * 16, tensor_bytes(into))
         assert torch.equal(into, payload(value))
     disk.close()
+
+
+def test_pages_written_and_evicted_are_published_as_disk_events(tmp_path: Path) -> None:
+    """With KV events on, each page file written is a BlockStored of medium DISK, chained as
+    its memory page is published, and each evicted one a BlockRemoved (the engine thread
+    takes them with the memory tier's events)."""
+    cache = disk_cache(tmp_path)
+    recorder = KvEventRecorder(PS, "CPU")
+    assert cache.disk is not None
+    cache.pool.recorder, recorder.disk_events = recorder, cache.disk.take_events
+    compute_prompt(cache, 1, PROMPT)
+    cache.disk.flush()
+    hashes = prompt_block_hashes(PROMPT, PS)
+    on_disk = [e for e in recorder.take() if getattr(e, "medium", None) == DISK]
+    expected = [
+        BlockStored((h,), parent, tuple(PROMPT[i * PS : (i + 1) * PS]), PS, None, DISK)
+        for i, (h, parent) in enumerate(zip(hashes, [None, *hashes[:2]], strict=False))
+    ]
+    assert on_disk == expected
+    cache.disk.budget_bytes = 0  # every file goes at the next eviction
+    cache.disk._evict()
+    assert recorder.take() == [BlockRemoved((h,), DISK) for h in hashes]
+    cache.close()

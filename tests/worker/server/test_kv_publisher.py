@@ -165,3 +165,16 @@ def test_the_publisher_sends_numbered_batches_and_answers_replays():
         dealer.close()
         publisher.stop()
         context.destroy(linger=0)
+
+
+def test_a_snapshot_lists_pages_on_disk_apart_from_those_in_memory():
+    history = KvHistory(4, "CPU")
+    on_disk = BlockStored((H[0], H[1]), None, tuple(TOKENS[:8]), 4, None, "DISK")
+    history.record(KvEventBatch(1.0, (AllBlocksCleared(), stored(0, 2, None), on_disk)))
+    history.record(KvEventBatch(1.0, (BlockRemoved((H[1],), "CPU"),)))  # memory only
+    (_, payload), *_ = history.snapshot(now=2.0)
+    in_memory = BlockStored((H[0],), None, tuple(TOKENS[:4]), 4, None, "CPU")
+    assert decode_batch(payload).events == (AllBlocksCleared(), in_memory, on_disk)
+    history.record(KvEventBatch(1.0, (BlockRemoved((H[0], H[1]), "DISK"),)))
+    (_, payload), *_ = history.snapshot(now=3.0)
+    assert decode_batch(payload).events == (AllBlocksCleared(), in_memory)
