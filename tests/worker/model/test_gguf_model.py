@@ -51,8 +51,16 @@ def top1_agreement(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.argmax(-1) == b.argmax(-1)).float().mean().item()
 
 
+# Llama in `make test-fast`; every other architecture in `make test` (each file costs ~3 s).
+ARCHITECTURES = [
+    "llama",
+    *(pytest.param(a, marks=pytest.mark.slow) for a in ("mistral", "qwen2", "qwen3")),
+    *(pytest.param(a, marks=pytest.mark.slow) for a in ("gemma2", "gemma3", "phi3")),
+]
+
+
 @needs_ggml
-@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"])
+@pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_a_q4_k_m_file_runs_each_tensor_in_its_own_type(tmp_path, monkeypatch, arch):
     shape = {**K_SHAPES, "tie_word_embeddings": False}
     if arch.startswith("gemma"):  # llama.cpp's query scale: head_dim's

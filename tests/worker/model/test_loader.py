@@ -300,6 +300,7 @@ def test_gguf_tokenizer_is_saved_beside_the_weights(tmp_path):
     assert tokenizer("hi")["input_ids"] == [ord("h"), ord("i")]
 
 
+@pytest.mark.slow  # a GGUF written and refused by a child conversion, ~3 s: `make test` only
 def test_gguf_without_a_tokenizer_is_refused_naming_the_file(tmp_path):
     """The conversion runs in a child process: its refusal reaches the worker as one
     GgufFileError naming the file and the cause, not as a child's traceback."""

@@ -45,6 +45,7 @@ def test_a_models_quantizations_convert_its_tokenizer_once(tmp_path, conversions
     assert not (second / tokenizer_store.COMPLETE).exists()
 
 
+@pytest.mark.slow  # a second conversion, ~6 s: `make test` only
 def test_another_architecture_converts_its_own(tmp_path, conversions):
     # The same byte-level vocabulary: the architecture picks transformers' converter.
     llama = write_gguf(hf_model("llama"), tmp_path / "llama.gguf")
