@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from common.sampling_params import SamplingParams
-from worker.engine.inference_scheduler import InferenceScheduler
+from worker.engine.engine_core import EngineCore
 from worker.engine.output_processor import OutputProcessor
 from worker.engine.request import RequestFactory
 from worker.engine.runner import ModelRunner
@@ -71,7 +71,7 @@ class Collector:
 
 @dataclass
 class Stack:
-    scheduler: InferenceScheduler
+    scheduler: EngineCore
     cache: PageCache
     requests: RequestFactory
     collector: Collector
@@ -113,7 +113,7 @@ def tiny_stack(
         storage, page_size, TINY.max_position_embeddings, prefix_caching, watermark=0.0
     )
     tokenizer = tokenizer_for(model_dir)
-    scheduler = InferenceScheduler(
+    scheduler = EngineCore(
         ModelRunner(model, cache),
         cache,
         OutputProcessor(tokenizer),

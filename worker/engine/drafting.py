@@ -1,23 +1,17 @@
-"""Drafter: the guesses a decode step feeds after each sequence's last token, and which of
-them the step's samples keep (see worker.engine.speculation for why and when)."""
+"""Drafter and DraftRounds: the guesses a decode step feeds after each sequence's last token,
+and which of them its sampled tokens keep, model-free (worker.engine.speculation: why, when)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable
-
-import torch
+from typing import NamedTuple
 
 from worker.engine.scheduler_config import SchedulerCounters
-from worker.engine.sequence import Sequence, TokenEvent
+from worker.engine.sequence import Events, Sequence, TokenEvent
 from worker.engine.speculation import DraftState, StepCost, best_draft_rows
-from worker.engine.token_sampler import TokenSampler
+from worker.engine.step_plan import StepPlan
 from worker.kv.base import KVCache
-from worker.sampling.sampler import SampleOutput
-
-# Appends one sampled token to each sequence (row i to seqs[i]): Scheduler.update's.
-Append = Callable[[list[Sequence], SampleOutput], list[tuple[Sequence, TokenEvent]]]
 
 
 def joined(events: list[TokenEvent]) -> TokenEvent:
@@ -35,15 +29,14 @@ def joined(events: list[TokenEvent]) -> TokenEvent:
 
 
 class Drafter:
-    """propose before the forward, verify after it; the scheduler's plan carries the drafts.
+    """propose before the forward; the scheduler's plan carries the drafts, and DraftRounds
+    keeps what the step's sampled tokens confirm.
 
     `cost` is set once the engine has measured its decode step; None: no drafts.
     """
 
-    def __init__(self, max_tokens: int, sampler: TokenSampler, counters: SchedulerCounters) -> None:
+    def __init__(self, max_tokens: int) -> None:
         self.max_tokens = max_tokens  # per sequence and step; 0: none
-        self.sampler = sampler
-        self.counters = counters
         self.cost: StepCost | None = None
 
     def propose(self, seqs: list[Sequence], cache: KVCache) -> tuple[tuple[int, ...], ...]:
@@ -83,52 +76,6 @@ class Drafter:
             drafts.append(())
         return tuple(drafts) if any(drafts) else ()
 
-    def verify(
-        self,
-        seqs: tuple[Sequence, ...],
-        drafts: tuple[tuple[int, ...], ...],
-        first: SampleOutput,
-        logits: torch.Tensor,
-        append: Append,
-    ) -> list[tuple[Sequence, TokenEvent]]:
-        """Append row after row; a sequence goes on while its sampled token is its draft's.
-
-        `first` holds each sequence's token after its last one; row i after that holds the
-        logits after its i-th drafted token, valid while every draft before it was kept; each
-        kept draft's k/v, written in this forward, is then computed context. The caller
-        commits the pages of what was kept. One event per choice: a client gets the kept
-        drafts in one chunk.
-        """
-        fed_from = [seq.num_computed for seq in seqs]
-        first_row, row = [], 0
-        for draft in drafts:
-            first_row.append(row)
-            row += 1 + len(draft)
-        step_events: dict[Sequence, list[TokenEvent]] = {seq: [] for seq in seqs}
-        alive, i, sampled = list(range(len(seqs))), 0, first
-        while True:
-            for seq, event in append([seqs[k] for k in alive], sampled):
-                step_events[seq].append(event)
-            going = []
-            for k in alive:
-                seq, draft = seqs[k], drafts[k]
-                if not seq.is_finished and i < len(draft) and seq.token_ids[-1] == draft[i]:
-                    seq.num_computed += 1
-                    going.append(k)
-            alive, i = going, i + 1
-            if not alive:
-                break
-            index = torch.tensor([first_row[k] + i for k in alive], device=logits.device)
-            sampled = self.sampler.sample([seqs[k] for k in alive], logits.index_select(0, index))
-        for seq, draft, start in zip(seqs, drafts, fed_from, strict=True):
-            if draft:
-                kept = seq.num_computed - start
-                assert seq.speculation is not None
-                seq.speculation.observe(len(draft), kept)
-                self.counters.draft_tokens += len(draft)
-                self.counters.accepted_draft_tokens += kept
-        return [(seq, joined(events)) for seq, events in step_events.items()]
-
     @staticmethod
     def observe_guesses(seqs: tuple[Sequence, ...], drafts: tuple[tuple[int, ...], ...]) -> None:
         """A guess not fed is checked against the token sampled instead."""
@@ -137,3 +84,68 @@ class Drafter:
             drafted = bool(drafts) and bool(drafts[k])
             if state is not None and state.guess is not None and not drafted:
                 state.observe(1, int(seq.token_ids[-1] == state.guess))
+
+
+class DraftRows(NamedTuple):
+    """What a drafted step samples next (StepExecutor.sample_drafted): each sequence whose
+    drafts were all kept so far, and its next row among the step's decode logits."""
+
+    seqs: list[Sequence]
+    rows: list[int]
+
+
+class DraftRounds:
+    """A drafted decode step after its forward, verified round by round.
+
+    Round 0 appends each sequence's token after its last; round i + 1 the token sampled from
+    the row after its i-th draft, for each sequence whose drafts were kept up to there: a
+    sequence goes on while its sampled token is its draft's and it has not finished, and each
+    kept draft's k/v, written in this forward, is then computed context. A round's sampling
+    reads what the rounds before it appended (penalties, min_tokens, the grammar, tool calls
+    so far), so the rounds alternate: StepExecutor samples one, Scheduler appends it here.
+    """
+
+    def __init__(self, plan: StepPlan) -> None:
+        self.seqs, self.drafts = plan.decodes, plan.drafts
+        self._fed_from = [seq.num_computed for seq in self.seqs]
+        self._first_rows = plan.first_rows()
+        self._alive = list(range(len(self.seqs)))  # indices of the sequences going on
+        self._round = 0
+        self._events: dict[Sequence, list[TokenEvent]] = {seq: [] for seq in self.seqs}
+
+    @property
+    def alive(self) -> list[Sequence]:
+        """The sequences this round appends a token to (row i of its samples: alive[i])."""
+        return [self.seqs[k] for k in self._alive]
+
+    def next_rows(self) -> DraftRows:
+        return DraftRows(self.alive, [self._first_rows[k] + self._round for k in self._alive])
+
+    def record(self, appended: Events) -> bool:
+        """This round's appended tokens and their events; whether any sequence goes on."""
+        for seq, event in appended:
+            self._events[seq].append(event)
+        i, going = self._round, []
+        for k in self._alive:
+            seq, draft = self.seqs[k], self.drafts[k]
+            if not seq.is_finished and i < len(draft) and seq.token_ids[-1] == draft[i]:
+                seq.num_computed += 1
+                going.append(k)
+        self._alive, self._round = going, i + 1
+        return bool(going)
+
+    def finish(self, cache: KVCache, counters: SchedulerCounters) -> Events:
+        """Once no sequence goes on: commit the pages of what each kept, count what was
+        drafted and kept, update the acceptance estimates; one event per choice, so a client
+        gets a step's kept drafts in one chunk."""
+        for seq, draft, start in zip(self.seqs, self.drafts, self._fed_from, strict=True):
+            if draft:
+                kept = seq.num_computed - start
+                assert seq.speculation is not None
+                seq.speculation.observe(len(draft), kept)
+                counters.draft_tokens += len(draft)
+                counters.accepted_draft_tokens += kept
+                if not seq.is_finished:
+                    cache.commit(seq.seq_id, seq.token_ids, seq.num_computed)
+        Drafter.observe_guesses(self.seqs, self.drafts)
+        return [(seq, joined(events)) for seq, events in self._events.items()]

@@ -9,8 +9,8 @@ import torch
 
 from common.embedding import EmbedSettings
 from worker.engine.embedding_requests import EmbeddingInput, EmbeddingRequests
+from worker.engine.engine_core import EngineCore
 from worker.engine.event_stream import each_item_result
-from worker.engine.inference_scheduler import InferenceScheduler
 from worker.engine.sequence import EventSink, TokenEvent
 
 ALL_DIMENSIONS = EmbedSettings()
@@ -22,7 +22,7 @@ class EmbeddingAPI:
     vector. The engine sets `embeddings` and `scheduler` when it loads the model."""
 
     embeddings: EmbeddingRequests
-    scheduler: InferenceScheduler
+    scheduler: EngineCore
 
     def submit_embeddings(
         self,

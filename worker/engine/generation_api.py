@@ -5,21 +5,24 @@ from __future__ import annotations
 import asyncio
 import functools
 import queue
-from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, TypeGuard, cast
 
 from common.sampling_params import SamplingParams
+from worker.engine.engine_core import EngineCore
 from worker.engine.event_stream import put_tagged, raise_on_error, until_finished
-from worker.engine.request import GenerationRequest, Prompt
+from worker.engine.request import GenerationRequest, Prompt, RequestFactory
 from worker.engine.sequence import EventSink, TokenEvent
 
 
-class GenerationAPI(ABC):
+class GenerationAPI:
     """The seed API: every call submits through `submit` and, when its consumer stops early or
-    fails, aborts through `abort` so the request's pages are freed at once."""
+    fails, aborts through `abort` so the request's pages are freed at once. The engine sets
+    `requests` and `scheduler` when it loads the model."""
 
-    @abstractmethod
+    requests: RequestFactory
+    scheduler: EngineCore
+
     def submit(
         self,
         prompt: Prompt,
@@ -28,11 +31,21 @@ class GenerationAPI(ABC):
         request_id: str | None = None,
         chat: bool = True,
     ) -> tuple[str, int]:
-        """Queue one request whose events go to `sink`; (request id, prompt tokens)."""
+        """Queue one request; events go to `sink` from the scheduler thread.
 
-    @abstractmethod
+        Returns (request id, prompt tokens). Raises ValueError for bad input, with nothing
+        queued.
+        """
+        request_id = request_id or self.requests.new_request_id()
+        prompt_ids = self.requests.prompt_token_ids(prompt, chat, params)
+        templated = self.requests.is_templated(prompt, chat)
+        choices = self.requests.build(request_id, prompt_ids, params, sink, chat=templated)
+        self.scheduler.add(choices)
+        return request_id, len(prompt_ids)
+
     def abort(self, request_id: str) -> None:
-        """Stop a request and free what it holds."""
+        """Stop a request and free what it holds (at the next step)."""
+        self.scheduler.abort(request_id)
 
     def _start(
         self, prompt: Prompt, chat: bool, params: SamplingParams, sink: EventSink

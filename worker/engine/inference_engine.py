@@ -18,8 +18,8 @@ from worker.engine.cache_factory import build_cache
 from worker.engine.compiled_decode import CompiledDecode
 from worker.engine.decode_cost_cache import cached_decode_cost, model_identity
 from worker.engine.embedding_api import EmbeddingAPI
+from worker.engine.engine_core import EngineCore
 from worker.engine.generation_api import GenerationAPI
-from worker.engine.inference_scheduler import InferenceScheduler
 from worker.engine.kv_identity import kv_identity
 from worker.engine.machine_choices import MachineChoices
 from worker.engine.options import EngineOptions
@@ -45,8 +45,8 @@ log = logging.getLogger(__name__)
 
 class InferenceEngine(GenerationAPI, EmbeddingAPI, RerankAPI):
     """Loads a model (the embedded default when none is given) and serves it in-process;
-    `generate` and `generate_async` come from GenerationAPI, `embed` from EmbeddingAPI,
-    `rerank` from RerankAPI."""
+    `submit`, `abort`, `generate` and `generate_async` come from GenerationAPI, `embed` from
+    EmbeddingAPI, `rerank` from RerankAPI."""
 
     def __init__(self, model: str | Path | None = None, **options: Any) -> None:
         self.options = EngineOptions(**options)
@@ -143,7 +143,7 @@ class InferenceEngine(GenerationAPI, EmbeddingAPI, RerankAPI):
         runner = ModelRunner(self.model, self.cache, compiled, choices.attention == "flex")
         if compiled is not None:
             compiled.warm_up(self.cache, device, runner.with_attention_plan)
-        self.scheduler = InferenceScheduler(
+        self.scheduler = EngineCore(
             runner,
             self.cache,
             OutputProcessor(self.tokenizer),
@@ -184,27 +184,7 @@ class InferenceEngine(GenerationAPI, EmbeddingAPI, RerankAPI):
         )
         return cost
 
-    # -- submitting -----------------------------------------------------------------------
-    def submit(
-        self,
-        prompt: Prompt,
-        params: SamplingParams,
-        sink: EventSink,
-        request_id: str | None = None,
-        chat: bool = True,
-    ) -> tuple[str, int]:
-        """Queue one request; events go to `sink` from the scheduler thread.
-
-        Returns (request id, prompt tokens). Raises ValueError for bad input, with nothing
-        queued.
-        """
-        request_id = request_id or self.requests.new_request_id()
-        prompt_ids = self.requests.prompt_token_ids(prompt, chat, params)
-        templated = self.requests.is_templated(prompt, chat)
-        choices = self.requests.build(request_id, prompt_ids, params, sink, chat=templated)
-        self.scheduler.add(choices)
-        return request_id, len(prompt_ids)
-
+    # -- submitting (submit and abort: GenerationAPI's) -------------------------------------
     def tokenize(self, prompt: Prompt, params: SamplingParams, chat: bool = True) -> list[int]:
         """The prompt token ids a request with `params` would get (its tools rendered too)."""
         return self.requests.prompt_token_ids(prompt, chat, params)
@@ -229,9 +209,6 @@ class InferenceEngine(GenerationAPI, EmbeddingAPI, RerankAPI):
         prompt_ids = self.requests.raw_prompt_ids(prompts)
         self.scheduler.add(self.requests.build_prompts(request_id, prompt_ids, params, sink))
         return prompt_ids
-
-    def abort(self, request_id: str) -> None:
-        self.scheduler.abort(request_id)
 
     def abort_all(self) -> None:
         self.scheduler.abort_all()

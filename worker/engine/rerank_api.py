@@ -6,8 +6,8 @@ import queue
 from collections.abc import Sequence as SequenceABC
 
 from common.rerank import RerankSettings
+from worker.engine.engine_core import EngineCore
 from worker.engine.event_stream import each_item_result
-from worker.engine.inference_scheduler import InferenceScheduler
 from worker.engine.rerank_requests import RerankRequests
 from worker.engine.sequence import EventSink, TokenEvent
 
@@ -19,7 +19,7 @@ class RerankAPI:
     `scheduler` when it loads the model."""
 
     reranks: RerankRequests
-    scheduler: InferenceScheduler
+    scheduler: EngineCore
 
     def submit_rerank(
         self,

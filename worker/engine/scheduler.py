@@ -8,46 +8,40 @@ from collections import deque
 import torch
 
 from common.token_output import FinishReason
-from worker.engine.drafting import Drafter
+from worker.engine.drafting import Drafter, DraftRounds, DraftRows
 from worker.engine.output_processor import OutputProcessor
-from worker.engine.request_status import RequestStatus
 from worker.engine.scheduler_config import SchedulerConfig, SchedulerCounters
-from worker.engine.sequence import Sequence, TokenEvent
+from worker.engine.sequence import Events, RequestStatus, Sequence, TokenEvent
 from worker.engine.step_plan import Chunk, Delivery, HiddenRows, StepOutput, StepPlan, decode_chunks
-from worker.engine.token_sampler import TokenSampler
 from worker.kv.base import KVCache
 from worker.sampling.sampler import SampleOutput
 
-Events = list[tuple[Sequence, TokenEvent]]
-
 # Invariants, held between steps (the status of each sequence says where it is, see
-# RequestStatus): every sequence is in the inbox, in `waiting` (WAITING or PREEMPTED, no
-# pages) or in `running` (PREFILLING or DECODING, holding the pages of token_ids[:num_computed]
-# and of what it computes next); FINISHED ones leave `running` at the next schedule. A
-# sequence gives its pages back the moment it finishes, before its last event is emitted;
-# an abort takes effect at the next schedule. The KV cache is called in the order KVCache
-# (worker/kv/base.py) states, from schedule and update only.
+# RequestStatus): every sequence is in EngineCore's inbox, in `waiting` (WAITING or
+# PREEMPTED, no pages) or in `running` (PREFILLING or DECODING, holding the pages of
+# token_ids[:num_computed] and of what it computes next); FINISHED ones leave `running` at
+# the next schedule. A sequence gives its pages back the moment it finishes, before its last
+# event is emitted; an abort takes effect at the next schedule. The KV cache is called in the
+# order KVCache (worker/kv/base.py) states, from schedule and the updates only.
 
 
 class Scheduler:
     """Which sequences feed which tokens each step (schedule), and what their sampled tokens
-    do to them (update); the forward in between is StepExecutor's."""
+    do to them (update, and update_drafts for each later round of a drafted step); the
+    forward and every sampling in between are StepExecutor's."""
 
     def __init__(
-        self,
-        cache: KVCache,
-        processor: OutputProcessor,
-        sampler: TokenSampler,
-        config: SchedulerConfig | None = None,
+        self, cache: KVCache, processor: OutputProcessor, config: SchedulerConfig | None = None
     ) -> None:
         self.cache = cache
         self.processor = processor
         self.config = config or SchedulerConfig()
         self.counters = SchedulerCounters()
-        self.drafter = Drafter(self.config.speculative_tokens, sampler, self.counters)
+        self.drafter = Drafter(self.config.speculative_tokens)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._prefilled_last = False  # the last plan fed prompts (steps that do not mix)
+        self._drafted: DraftRounds | None = None  # a drafted step between its rounds
 
     @property
     def has_work(self) -> bool:
@@ -203,8 +197,8 @@ class Scheduler:
 
     # -- update ------------------------------------------------------------------------
     def update(self, plan: StepPlan, output: StepOutput) -> Events:
-        """Commit what the forward computed, append the sampled tokens, finish whoever
-        stopped; the events to emit, in order."""
+        """Commit what the forward computed, append the sampled tokens (a drafted step's first
+        round: update_drafts takes the others), finish whoever stopped; the events, in order."""
         events: Events = [(seq, self.finish_event(seq)) for seq in plan.aborted]
         if output.prompt_logits:  # recorded first: a first token's event carries them
             kept = zip(plan.prompts, plan.prompt_chunks, output.prompt_logits, strict=True)
@@ -215,24 +209,32 @@ class Scheduler:
             seq.num_computed = chunk.end
             self.cache.commit(seq.seq_id, seq.token_ids, seq.num_computed)
         self.counters.prefill_tokens += plan.num_prompt_tokens
-        if plan.decodes:
-            self.counters.decode_steps += 1
+        self.counters.decode_steps += 1 if plan.decodes else 0
         for seq in plan.decodes:
             seq.num_computed = len(seq.token_ids)
             self.cache.commit(seq.seq_id, seq.token_ids, seq.num_computed)
         events += self._pool(plan, output.hidden or (None,) * len(plan.prompts))
-        if not plan.has_drafts:
-            events += self._append(list(plan.samples), output.sampled)
-        else:
-            assert output.decode_logits is not None
-            events += self.drafter.verify(
-                plan.decodes, plan.drafts, output.sampled, output.decode_logits, self._append
-            )
-            for seq, draft in zip(plan.decodes, plan.drafts, strict=True):
-                if draft and not seq.is_finished:
-                    self.cache.commit(seq.seq_id, seq.token_ids, seq.num_computed)
+        if plan.has_drafts:  # round 0 of its verification; its events come with the last
+            self._drafted = DraftRounds(plan)
+            return events + self.update_drafts(output.sampled)
+        events += self._append(list(plan.samples), output.sampled)
         self.drafter.observe_guesses(plan.decodes, plan.drafts)
         return events
+
+    @property
+    def draft_rows(self) -> DraftRows | None:
+        """What a drafted step samples next, while any of its drafts is kept so far; else None."""
+        return None if self._drafted is None else self._drafted.next_rows()
+
+    def update_drafts(self, sampled: SampleOutput) -> Events:
+        """Append one round of a drafted step (a token per `draft_rows` sequence); once none
+        goes on, the pages of what was kept are committed and its decodes' events returned."""
+        rounds = self._drafted
+        assert rounds is not None
+        if rounds.record(self._append(rounds.alive, sampled)):
+            return []
+        self._drafted = None
+        return rounds.finish(self.cache, self.counters)
 
     def _append(self, seqs: list[Sequence], sampled: SampleOutput) -> Events:
         """One sampled token per sequence (row i is seqs[i]), appended; finished ones give
@@ -280,6 +282,7 @@ class Scheduler:
 
     def fail_all(self, arrived: list[list[Sequence]], exc: BaseException) -> Events:
         """End every live sequence (and those just `arrived`) with an error; their events."""
+        self._drafted = None  # a drafted step that failed between its rounds
         pending = [s for choices in arrived for s in choices] + list(self.waiting)
         self.waiting.clear()
         for seq in self.running:

@@ -1,4 +1,4 @@
-"""One choice of one request as the scheduler tracks it, and the events it emits."""
+"""One choice of one request as the scheduler tracks it: its status, its state and its events."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING
 
 import torch
@@ -13,7 +14,6 @@ import torch
 from common.sampling_params import SamplingParams
 from common.token_output import FinishReason, TokenLogprob, ToolCallDelta
 from worker.engine.embedding import PooledRows
-from worker.engine.request_status import TRANSITIONS, RequestStatus
 from worker.text.reasoning_parser import ReasoningParser
 from worker.text.stop_strings import StopStringMatcher
 from worker.text.tokenizer import IncrementalDetokenizer
@@ -23,6 +23,48 @@ if TYPE_CHECKING:
     import llguidance
 
     from worker.engine.speculation import DraftState
+
+
+class RequestStatus(Enum):
+    """One choice's state; `Sequence.move_to` is the only place it changes.
+
+    Invariant: a WAITING or PREEMPTED sequence holds no pages and sits in the scheduler's
+    waiting queue; a PREFILLING or DECODING one holds the pages of its computed tokens and
+    of what it computes next, and sits in its running list; a FINISHED one holds nothing,
+    has its finish reason set and is dropped from either at the next schedule.
+
+        WAITING ──admit──▶ PREFILLING ──first token──▶ DECODING
+           │                 ▲    │                      │
+           │           admit │    └──────preempt───────┐ │ preempt
+           │                 │                         ▼ ▼
+           │               PREEMPTED ◀─────────────────┘
+           ▼                  │
+        FINISHED ◀──abort─────┘   (and from PREFILLING or DECODING: a stop, the length,
+                                   an abort or an error)
+    """
+
+    WAITING = "waiting"  # arrived, never admitted
+    PREFILLING = "prefilling"  # admitted: computing its prompt (or recomputing after preemption)
+    DECODING = "decoding"  # admitted: feeding one sampled token a step (and drafts)
+    PREEMPTED = "preempted"  # gave its pages back for an older sequence; waits to recompute
+    FINISHED = "finished"  # ended; Sequence.finish_reason says why
+
+    @property
+    def is_running(self) -> bool:
+        return self in _RUNNING
+
+
+_RUNNING = frozenset({RequestStatus.PREFILLING, RequestStatus.DECODING})
+
+TRANSITIONS: dict[RequestStatus, frozenset[RequestStatus]] = {
+    RequestStatus.WAITING: frozenset({RequestStatus.PREFILLING, RequestStatus.FINISHED}),
+    RequestStatus.PREFILLING: frozenset(
+        {RequestStatus.DECODING, RequestStatus.PREEMPTED, RequestStatus.FINISHED}
+    ),
+    RequestStatus.DECODING: frozenset({RequestStatus.PREEMPTED, RequestStatus.FINISHED}),
+    RequestStatus.PREEMPTED: frozenset({RequestStatus.PREFILLING, RequestStatus.FINISHED}),
+    RequestStatus.FINISHED: frozenset(),
+}
 
 
 @dataclass(frozen=True)
@@ -85,7 +127,7 @@ class Sequence:
     Every forward feeds the next tokens from num_computed on and advances it; when it
     reaches len(token_ids), the logits of the last token are sampled and the new token is
     appended. Prefill feeds many tokens, decode one, or one and the drafted guesses after
-    it, each guess computed context only once its sampled token has kept it (Drafter.verify);
+    it, each guess computed context only once its sampled token has kept it (DraftRounds);
     a preempted sequence starts again from num_computed = 0 with its generated tokens as
     part of what it recomputes.
     """
@@ -173,3 +215,7 @@ class Sequence:
             self.num_cached_tokens,
             self.num_cache_written_tokens,
         )
+
+
+# A step's events, each with the sequence whose sink it goes to, in the order they leave.
+Events = list[tuple[Sequence, TokenEvent]]

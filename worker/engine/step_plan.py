@@ -128,7 +128,7 @@ class StepOutput:
     `sampled` has one token per `plan.samples` (for drafted decodes: the one after its last
     token). `prompt_logits` has each prompt chunk's rows where it asked for every row's logits
     (a prompt's own logprobs), else None. `decode_logits` keeps every decode row's logits when
-    drafts were fed: the drafter samples the rows its kept drafts earn from them. `hidden`
+    drafts were fed: StepExecutor.sample_drafted samples from them the rows drafts earn. `hidden`
     has each prompt chunk's final-norm rows where it kept any (an embedding's), else None.
     """
 

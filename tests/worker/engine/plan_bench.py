@@ -16,23 +16,21 @@ from worker.engine.output_processor import OutputProcessor
 from worker.engine.request import RequestFactory
 from worker.engine.scheduler import Scheduler
 from worker.engine.scheduler_config import SchedulerConfig
-from worker.engine.sequence import Sequence, TokenEvent
+from worker.engine.sequence import Events, Sequence, TokenEvent
 from worker.engine.step_plan import Chunk, Delivery, StepOutput, StepPlan
-from worker.engine.token_sampler import TokenSampler
 from worker.kv.base import KVStorage
 from worker.kv.paged import PageCache
 from worker.model.pooling import ModelPooling, Pooling
 from worker.sampling.sampler import SampleOutput
 
 
-class ScriptedSampler(TokenSampler):
-    """Samples the tokens a test scripted, in order (the drafter's later rounds)."""
+class ScriptedSampler:
+    """Samples the tokens a test scripted, in order (a drafted step's later rounds)."""
 
-    def __init__(self, model_dir: Path) -> None:
-        super().__init__(tokenizer_for(model_dir))
+    def __init__(self) -> None:
         self.script: list[int] = []
 
-    def sample(self, seqs: SequenceABC[Sequence], logits: torch.Tensor) -> SampleOutput:
+    def sample(self, seqs: SequenceABC[Sequence]) -> SampleOutput:
         ids = [self.script.pop(0) for _ in seqs]
         return StepOutput.of_tokens(ids).sampled
 
@@ -82,6 +80,14 @@ class PlanBench:
         self.events += events
         return events
 
+    def update_drafted(self, plan: StepPlan, output: StepOutput) -> Events:
+        """update, then each later round of a drafted step as EngineCore.step runs them, the
+        sampler's script standing in for StepExecutor.sample_drafted."""
+        events = self.scheduler.update(plan, output)
+        while (rows := self.scheduler.draft_rows) is not None:
+            events += self.scheduler.update_drafts(self.sampler.sample(rows.seqs))
+        return events
+
     def step(self, *token_ids: int) -> StepPlan:
         plan = self.schedule()
         self.update(plan, *token_ids)
@@ -100,13 +106,13 @@ def plan_bench(
     storage = KVStorage(1, num_pages, page_size, 1, 1, torch.float32, torch.device("cpu"))
     cache = cache_class(storage, page_size, 256, True, watermark=0.0)
     tokenizer = tokenizer_for(model_dir)
-    sampler = ScriptedSampler(model_dir)
+    sampler = ScriptedSampler()
     config = SchedulerConfig(
         prefill_token_budget=budget,
         mixed_steps=mixed_steps,
         speculative_tokens=speculative_tokens,
     )
-    scheduler = Scheduler(cache, OutputProcessor(tokenizer), sampler, config)
+    scheduler = Scheduler(cache, OutputProcessor(tokenizer), config)
     requests = RequestFactory(tokenizer, 256)
     return PlanBench(scheduler, cache, requests, sampler)
 

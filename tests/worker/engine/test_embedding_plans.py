@@ -14,7 +14,7 @@ from common.embedding import EmbedSettings
 from common.token_output import FinishReason
 from tests.worker.engine.plan_bench import HIDDEN, ids, plan_bench, position_row
 from worker.engine.embedding_requests import EmbeddingRequests
-from worker.engine.request_status import RequestStatus
+from worker.engine.sequence import RequestStatus
 from worker.engine.step_plan import Chunk, HiddenRows
 from worker.errors import ContextLengthExceeded, RequestError
 from worker.model.pooling import ModelPooling, Pooling

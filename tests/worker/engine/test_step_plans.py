@@ -11,7 +11,7 @@ import torch
 
 from common.token_output import FinishReason
 from tests.worker.engine.plan_bench import ids, plan_bench
-from worker.engine.request_status import RequestStatus
+from worker.engine.sequence import RequestStatus
 from worker.engine.speculation import DecodeCost
 from worker.engine.step_plan import Chunk, StepOutput
 from worker.kv.base import KVStepPlan, NewPages, ReadInPlace
@@ -183,7 +183,7 @@ def test_drafts_ride_as_rows_and_the_kept_ones_become_computed_context(
     bench.sampler.script = [8, 5]  # after the first draft kept: the second kept, not the third
     output = StepOutput.of_tokens([7])
     decode_logits = torch.zeros(4, 1)
-    events = bench.scheduler.update(plan, StepOutput(output.sampled, (), decode_logits))
+    events = bench.update_drafted(plan, StepOutput(output.sampled, (), decode_logits))
     assert [e.token_ids for _, e in events] == [(7, 8, 5)]  # one event for the step
     assert seq.num_computed == 14 and seq.token_ids[11:] == [10, 7, 8, 5]
     counters = bench.scheduler.counters
@@ -256,7 +256,7 @@ def test_the_kv_cache_step_protocol_runs_in_its_stated_order(default_model_dir: 
     assert plan.drafts == ((8,),)  # one: its room left
     bench.sampler.script = [9]
     output = StepOutput(StepOutput.of_tokens([8]).sampled, (), torch.zeros(2, 1))
-    bench.scheduler.update(plan, output)  # its draft kept, the token after it its last
+    bench.update_drafted(plan, output)  # its draft kept, the token after it its last
     assert cache.calls == [
         *("begin_step", "grow 0", "grow 0", "step_plan"),  # its row, no prompt, its drafts'
         *("commit 0", "release 0"),  # what the forward computed; finished in the drafts

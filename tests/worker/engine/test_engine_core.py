@@ -1,4 +1,4 @@
-"""InferenceScheduler on a tiny random model: batching, chunking, sharing, preemption, aborts."""
+"""EngineCore on a tiny random model: batching, chunking, sharing, preemption, aborts."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_first_tokens_leave_at_their_steps_end_before_any_decode_forward(
         happened.append("decode" if all(len(c.token_ids) == 1 for c in chunks) else "prefill")
         return forward(chunks)
 
-    def loop_steps(count: int) -> None:  # as SchedulerLoop.run: flush after every step
+    def loop_steps(count: int) -> None:  # as EngineCore.run: flush after every step
         for _ in range(count):
             stack.scheduler.step()
             stack.scheduler.flush()
