@@ -58,6 +58,19 @@ def engine() -> Iterator[InferenceEngine]:
         yield eng
 
 
+@pytest.fixture(scope="module")
+def teacher_ids(engine: InferenceEngine) -> list[int]:
+    return engine.tokenizer.encode(TEACHER_TEXT)
+
+
+@pytest.fixture(scope="module")
+def float32_logits(engine: InferenceEngine, teacher_ids: list[int]) -> torch.Tensor:
+    """The float32 model's logits over the teacher text: what each lower precision is held to
+    (computed once for the module: a load and a forward pass each time otherwise)."""
+    model = load_model(engine.model_dir, torch.float32, torch.device("cpu"))
+    return full_sequence_logits(model, teacher_ids)
+
+
 def greedy_token_ids(
     engine: InferenceEngine, prompts: list[str] | list[list[dict[str, str]]], max_tokens: int
 ) -> list[list[int]]:
@@ -110,38 +123,37 @@ def test_answers_a_real_question_through_the_seed_api(engine: InferenceEngine):
     assert "Paris" in answer
 
 
-def test_bfloat16_agrees_with_float32_under_teacher_forcing(engine: InferenceEngine):
-    ids = engine.tokenizer.encode(TEACHER_TEXT)
-    logits = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        model = load_model(engine.model_dir, dtype, torch.device("cpu"))
-        logits[dtype] = full_sequence_logits(model, ids)
-    agree = (logits[torch.float32].argmax(-1) == logits[torch.bfloat16].argmax(-1)).float()
-    assert len(ids) > 190
-    assert agree.mean().item() >= 0.97
+def test_bfloat16_agrees_with_float32_under_teacher_forcing(
+    engine: InferenceEngine, teacher_ids: list[int], float32_logits: torch.Tensor
+):
+    model = load_model(engine.model_dir, torch.bfloat16, torch.device("cpu"))
+    agree = float32_logits.argmax(-1) == full_sequence_logits(model, teacher_ids).argmax(-1)
+    assert len(teacher_ids) > 190
+    assert agree.float().mean().item() >= 0.97
 
 
-def test_int8_option_keeps_most_top_choices(engine: InferenceEngine):
+def test_int8_option_keeps_most_top_choices(
+    engine: InferenceEngine, teacher_ids: list[int], float32_logits: torch.Tensor
+):
     """W8A8 is an opt-in speed mode; this pins its measured accuracy (docs/BENCHMARKS.md)."""
-    ids = engine.tokenizer.encode(TEACHER_TEXT)
-    reference = load_model(engine.model_dir, torch.float32, torch.device("cpu"))
     int8 = load_model(engine.model_dir, torch.float32, torch.device("cpu"), quantization="int8")
-    agree = full_sequence_logits(reference, ids).argmax(-1) == full_sequence_logits(
-        int8, ids
-    ).argmax(-1)
+    agree = float32_logits.argmax(-1) == full_sequence_logits(int8, teacher_ids).argmax(-1)
     assert agree.float().mean().item() >= 0.85
 
 
-def test_int4_option_matches_float32_like_bfloat16_does(engine: InferenceEngine):
+def test_int4_option_matches_float32_like_bfloat16_does(
+    engine: InferenceEngine, teacher_ids: list[int], float32_logits: torch.Tensor
+):
     """The default model is a Q4_1 GGUF: int4 re-packs its own codes; the kernel path
     (float32_copy off, so the whole sequence goes through it) keeps bf16's agreement."""
-    ids = engine.tokenizer.encode(TEACHER_TEXT)
-    cpu = torch.device("cpu")
-    reference = full_sequence_logits(load_model(engine.model_dir, torch.float32, cpu), ids)
     int4 = load_model(
-        engine.model_dir, torch.bfloat16, cpu, quantization="int4", float32_copy=False
+        engine.model_dir,
+        torch.bfloat16,
+        torch.device("cpu"),
+        quantization="int4",
+        float32_copy=False,
     )
-    agree = reference.argmax(-1) == full_sequence_logits(int4, ids).argmax(-1)
+    agree = float32_logits.argmax(-1) == full_sequence_logits(int4, teacher_ids).argmax(-1)
     assert agree.float().mean().item() >= 0.97
 
 
