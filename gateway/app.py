@@ -25,6 +25,7 @@ from gateway.kv_subscriber import KvSubscriber
 from gateway.model_control_client import ModelControlClient
 from gateway.model_loading import load_model, model_entries, unload_model
 from gateway.model_manager import ModelManager
+from gateway.model_metrics import ModelCollector
 from gateway.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
 from gateway.prometheus import render_prometheus
 from gateway.protocols.anthropic import AnthropicResponseBuilder
@@ -183,7 +184,8 @@ class Gateway:
         return JSONResponse(stats)
 
     async def prometheus(self, request: Request) -> Response:
-        text = render_prometheus(self.registry, self.metrics, self.hub.drops.counts)
+        models = None if self.model_manager is None else ModelCollector(self.model_manager)
+        text = render_prometheus(self.registry, self.metrics, self.hub.drops.counts, models)
         return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
     def app(self) -> Starlette:

@@ -29,10 +29,16 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 def render_prometheus(
-    registry: WorkerRegistry, metrics: GatewayMetrics, dropped_frames: Counter[str]
+    registry: WorkerRegistry,
+    metrics: GatewayMetrics,
+    dropped_frames: Counter[str],
+    models: Collector | None = None,
 ) -> bytes:
+    """The text; `models`: `astrai serve`'s model states (gateway/model_metrics.py)."""
     exposition = CollectorRegistry(auto_describe=False)
     exposition.register(_Snapshot(registry, metrics, dropped_frames))
+    if models is not None:
+        exposition.register(models)
     return generate_latest(exposition)
 
 

@@ -123,6 +123,9 @@ def test_the_models_are_listed_with_their_state_and_only_the_first_runs(server: 
     stats = server.stats()
     assert stats["gateway"]["memory_budget_mb"] == BUDGET_MB
     assert stats["models"][CHAT]["pinned"] and stats["models"][CHAT]["memory_mb"] > 0
+    metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
+    assert 'astrai_model_state{model="embed",state="unloaded"} 1.0' in metrics
+    assert "astrai_model_memory_budget_bytes " in metrics
 
 
 def test_a_model_loads_on_its_first_request_while_another_streams_unharmed(server: Server):

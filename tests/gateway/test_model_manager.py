@@ -4,15 +4,20 @@ recently used first, never a pinned or busy model), failed loads, idle TTLs and 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from common.model_control import Catalog, CatalogModel, ModelProcesses
 from common.schemas import Register
 from gateway.errors import ErrorKind, GatewayError
 from gateway.model_manager import ModelManager
+from gateway.model_metrics import ModelCollector
+from gateway.prometheus import render_prometheus
 from gateway.registry import WorkerRegistry
+from gateway.stats import GatewayMetrics
 
 
 def model(name: str, estimate: int = 600, **fields: Any) -> CatalogModel:
@@ -155,4 +160,23 @@ async def test_names_aliases_and_patterns_resolve_and_a_missing_model_is_named()
     assert "available: a, alpha, claude-*, b" in missing.value.message
     with pytest.raises(GatewayError, match="model is required when several are served"):
         manager.resolve(None)
+    await manager.stop()
+
+
+async def test_metrics_show_each_models_state_memory_and_the_budget():
+    manager, _ = await started(model("a"), model("b"), budget=1200)
+    await manager.ensure("b", manager.clock(), 30.0)
+    text = render_prometheus(
+        manager.registry, GatewayMetrics(), Counter(), ModelCollector(manager)
+    ).decode()
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    assert samples[("astrai_model_state", (("model", "b"), ("state", "loaded")))] == 1.0
+    assert samples[("astrai_model_state", (("model", "a"), ("state", "unloaded")))] == 1.0
+    assert samples[("astrai_model_state", (("model", "a"), ("state", "loaded")))] == 0.0
+    assert samples[("astrai_model_memory_bytes", (("model", "b"),))] == 500.0 * 2**20
+    assert samples[("astrai_model_memory_budget_bytes", ())] == 1200.0 * 2**20
     await manager.stop()
