@@ -52,6 +52,8 @@ class Register(Message):
     # Where it publishes its KV-cache events and answers replays (docs/KV_EVENTS.md); "": none.
     kv_events: str = ""
     kv_replay: str = ""
+    # Which kernels it runs, as its startup log says (the CPU and plan; each weight type's).
+    kernels: str = ""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ class WorkerState:
     kv_events: str = ""  # its KV-event PUB address and replay ROUTER address ("": none)
     kv_replay: str = ""
     kv_events_seq: int = -1  # the last KV-event batch it says it published
+    kernels: str = ""  # which kernels it runs, as its startup log says
 
     @property
     def load(self) -> float:
@@ -74,6 +75,7 @@ class WorkerRegistry:
             aliases=msg.aliases,
             kv_events=msg.kv_events,
             kv_replay=msg.kv_replay,
+            kernels=msg.kernels,
         )
         return current
 

@@ -66,6 +66,7 @@ def aggregate_stats(registry: WorkerRegistry) -> dict[str, Any]:
                 "in_flight": len(w.in_flight),
                 "kv_events": w.kv_events,  # its KV-event addresses (docs/KV_EVENTS.md)
                 "kv_replay": w.kv_replay,
+                "kernels": w.kernels,  # the CPU, the plan and each weight type's kernel
                 **(w.stats.as_dict() if w.stats is not None else {}),
             }
             for w in workers

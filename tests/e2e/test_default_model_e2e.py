@@ -66,3 +66,14 @@ def test_logit_bias_steers_the_tokens_and_a_bad_id_is_a_400(server: Server):
             model=MODEL, messages=QUESTION, max_tokens=3, logit_bias={"99999999": 1}
         )
     assert caught.value.body["param"] == "logit_bias"
+
+
+def test_stats_say_which_kernels_the_worker_runs(server: Server):
+    """Its startup line, in /stats: the CPU, the precision, the kernel plan and each weight
+    type's kernel (the default file is Q4_1, with a Q8_0 output layer)."""
+    [worker] = server.stats()["workers"]
+    kernels = worker["kernels"]
+    assert kernels.startswith("CPU ") and "the GGUF file's own codes, precision file" in kernels
+    assert (
+        "weights by type: " in kernels and "Q4_1 x" in kernels and "native Q4_1 kernel" in kernels
+    )

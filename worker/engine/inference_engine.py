@@ -114,9 +114,11 @@ class InferenceEngine(GenerationAPI, EmbeddingAPI, RerankAPI):
             config=config,
             int8_activations=choices.int8_activations,
         )
-        log.info("%s", choices.describe())
+        # Which kernels run, and why: logged once here and carried to /stats (Register).
+        self.kernels = choices.describe()
         if self.model.weight_paths:
-            log.info("weights by type: %s", self.model.weight_paths)
+            self.kernels += f"; weights by type: {self.model.weight_paths}"
+        log.info("%s", self.kernels)
         context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
         kv_dtype = self.dtype if opts.kv_cache_dtype == "auto" else KV_DTYPES[opts.kv_cache_dtype]
         rows_setup = (

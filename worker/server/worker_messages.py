@@ -30,6 +30,7 @@ def register_message(
         host=socket.gethostname(),
         kv_events=kv_addresses[0],
         kv_replay=kv_addresses[1],
+        kernels=engine.kernels,
     )
 
 

@@ -29,6 +29,7 @@ class FakeEngine:
     def __init__(self) -> None:
         self.model_name = "fake"
         self.model_aliases = ("fake-*",)
+        self.kernels = "CPU fake: no kernels"
         self.max_model_len = MAX_CONTEXT
         self.options = EngineOptions(max_seqs=4)
         self.scheduler = FakeScheduler()

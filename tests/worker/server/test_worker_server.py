@@ -122,6 +122,7 @@ def test_it_registers_then_beats_with_the_engines_figures():
             os.getpid(),
             socket.gethostname(),
             ("fake-*",),
+            kernels="CPU fake: no kernels",  # the engine's startup line
         )
         beat = gateway.receive()
         assert beat == Heartbeat(
