@@ -164,13 +164,15 @@ def run_serve(plan: ServePlan, log_level: str) -> int:
         url = f"http://{gateway.host}:{gateway.port}"
         deadline = time.monotonic() + plan.startup_timeout_s
         while not stopping:
+            # Ready first: a worker that registered and then died is the running loop's to
+            # restart, as one dying at any later time is.
+            ready = _workers_ready(url)
+            if ready is not None and ready >= expected:
+                break
             started = [child for model in preloaded for child in model.children]
             if any(child.poll() is not None for child in children + started):
                 print("astrai serve: a child process exited during startup", file=sys.stderr)
                 return 1
-            ready = _workers_ready(url)
-            if ready is not None and ready >= expected:
-                break
             if time.monotonic() > deadline:
                 print("astrai serve: workers did not register in time", file=sys.stderr)
                 return 1
