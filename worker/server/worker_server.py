@@ -126,7 +126,9 @@ class WorkerServer:
             while not self._stopping.is_set():
                 now = self.last_loop_tick = time.monotonic()
                 if self._draining.is_set():
-                    drain_deadline = drain_deadline or now + self.config.drain_timeout_s
+                    if drain_deadline is None:  # say so at once: no new request comes here
+                        drain_deadline = now + self.config.drain_timeout_s
+                        self._beat()
                     if self.engine.is_idle() or now > drain_deadline:
                         log.info("worker %s drained", self.config.worker_id)
                         return

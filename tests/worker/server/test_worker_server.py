@@ -4,6 +4,7 @@ Abort, draining, gateway restarts and silence, and malformed frames."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -254,6 +255,22 @@ def test_a_draining_worker_rejects_submits_says_so_and_stops_once_idle():
         engine.idle = True
         w.thread.join(2)  # drained: the loop returns on its own
         assert not w.thread.is_alive()
+
+
+def test_an_idle_worker_told_to_drain_says_so_before_it_stops():
+    """Its gateways stop routing to it at once, not a heartbeat timeout after it is gone."""
+    with running_worker() as w:
+        server, gateway = w.server, w.gateway
+        connect(gateway)
+        server.drain()
+        w.thread.join(2)
+        assert not w.thread.is_alive()
+        said = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                said.append(gateway.receive(timeout_s=0.5))
+        beats = [m for m in said if isinstance(m, Heartbeat)]
+        assert beats and beats[-1].draining
 
 
 def test_a_restarted_gateway_gets_its_requests_aborted_and_a_registration_at_once():
