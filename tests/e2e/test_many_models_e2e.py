@@ -32,6 +32,8 @@ def models_file(tmp_path_factory: pytest.TempPathFactory, default_model_dir: Pat
     folder = tmp_path_factory.mktemp("models")
     build_embedding_model(folder / "qwen3-embed", default_model_dir)
     build_reranker(folder / "qwen3-rerank", default_model_dir)
+    (folder / "broken").mkdir()  # a model folder whose worker cannot load it: no weights
+    (folder / "broken" / "config.json").write_text('{"model_type": "llama"}')
     path = folder / "models.toml"
     path.write_text(
         f"""
@@ -57,6 +59,9 @@ ttl = {TTL_S}
 path = "qwen3-rerank"
 name = "huge"
 kv_cache_mb = 4096
+
+[[model]]
+path = "broken"
 """
     )
     return path
@@ -124,7 +129,13 @@ def chat_stream(server: Server, out: list[dict]) -> None:
 def test_the_models_are_listed_with_their_state_and_only_the_first_runs(server: Server):
     _, listed = http_json(f"{server.url}/v1/models")
     states = {m["id"]: m["status"]["value"] for m in listed["data"]}
-    assert states == {CHAT: "loaded", "embed": "unloaded", "rerank": "unloaded", "huge": "unloaded"}
+    assert states == {
+        CHAT: "loaded",
+        "embed": "unloaded",
+        "rerank": "unloaded",
+        "huge": "unloaded",
+        "broken": "unloaded",
+    }
     stats = server.stats()
     assert stats["gateway"]["memory_budget_mb"] == BUDGET_MB
     assert stats["models"][CHAT]["pinned"] and stats["models"][CHAT]["memory_mb"] > 0
@@ -154,11 +165,12 @@ def test_the_least_recently_used_model_makes_room_and_the_budget_holds(server: S
         reply = rerank(server)
     assert reply.status_code == 200, reply.text
     assert [r["index"] for r in reply.json()["results"]] != []
-    assert statuses(server) | {"huge": "-"} == {
+    assert statuses(server) | {"huge": "-", "broken": "-"} == {
         CHAT: "loaded",  # pinned
         "embed": "unloaded",  # the least recently used: gone to make room
         "rerank": "loaded",
         "huge": "-",
+        "broken": "-",
     }
     assert max(watch.samples) <= BUDGET_MB
 
@@ -206,3 +218,15 @@ def test_a_client_that_leaves_while_its_model_loads_frees_its_place(server: Serv
     assert statuses(server)["embed"] == "loading"
     # ... and the load goes on, for the next request.
     assert wait_until(lambda: statuses(server)["embed"] == "loaded", timeout_s=60)
+
+
+def test_a_model_whose_worker_cannot_load_it_is_a_503_and_the_server_serves_on(server: Server):
+    body = {"model": "broken", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120)
+    assert reply.status_code == 503
+    error = reply.json()["error"]
+    assert error["param"] == "model" and "'broken' failed to load" in error["message"]
+    assert "cannot load the model" in error["message"]
+    assert statuses(server)["broken"] == "failed"
+    chat = {**body, "model": CHAT}
+    assert httpx.post(f"{server.url}/v1/chat/completions", json=chat, timeout=60).status_code == 200
