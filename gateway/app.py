@@ -141,16 +141,11 @@ class Gateway:
             check_api_key(request, self.config.api_key)
         except GatewayError as error:
             return self.openai.error_response(error)
-        created = int(self.started_at)
-        if self.model_manager is not None:
-            data = model_entries(self.model_manager, created)
-            return JSONResponse({"object": "list", "data": data})
-        # Every name a client may send, the model's own first; `root` is the model it means.
-        data = [
-            {"id": name, "object": "model", "created": created, "owned_by": "astrai", "root": model}
-            for model, names in self.registry.served_names().items()
-            for name in names
-        ]
+        created, manager = int(self.started_at), self.model_manager
+        if manager is None:
+            data = model_entries(self.registry.served_names(), created)
+        else:
+            data = model_entries(manager.served_names(), created, manager.describe())
         return JSONResponse({"object": "list", "data": data})
 
     async def health(self, request: Request) -> Response:

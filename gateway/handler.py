@@ -18,6 +18,7 @@ from gateway.model_loading import await_loaded
 from gateway.protocols.base import ChatRequest, ResponseBuilder, StreamState
 from gateway.request_lifecycle import RequestLifecycle, wait_for_workers
 from gateway.response_fold import fold_events
+from gateway.served_models import resolve_served
 from gateway.services import RequestServices
 from gateway.streaming import SseAnswer
 
@@ -154,25 +155,9 @@ class ProtocolHandler:
     def resolve_model(self, requested: str | None) -> str:
         """The served model a request names, by its own name, an alias or a pattern."""
         registry = self.services.registry
-        models = registry.models()
-        if not models:
+        if not registry.models():
             raise GatewayError(ErrorKind.UNAVAILABLE, "no worker is ready; try again shortly")
-        if requested is None:
-            if len(models) == 1:
-                return models[0]
-            raise GatewayError.invalid(
-                f"model is required when several are served: {', '.join(models)}", "model"
-            )
-        model = registry.resolve(requested)
-        if model is None:
-            names = [name for names in registry.served_names().values() for name in names]
-            raise GatewayError(
-                ErrorKind.NOT_FOUND,
-                f"model {requested!r} is not served here; available: {', '.join(names)}",
-                param="model",
-                code="model_not_found",
-            )
-        return model
+        return resolve_served(registry.served_names(), requested)
 
     # -- non-streamed ----------------------------------------------------------------------------
     async def respond(

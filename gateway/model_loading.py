@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.auth import check_api_key
 from gateway.body import read_json, wait_disconnect
 from gateway.errors import GatewayError
 from gateway.model_manager import ModelManager
@@ -49,28 +49,31 @@ async def await_loaded(
     return model
 
 
-def model_entries(manager: ModelManager, created: int) -> list[dict[str, Any]]:
+def model_entries(
+    served: Mapping[str, tuple[str, ...]],
+    created: int,
+    described: Mapping[str, Mapping[str, object]] | None = None,
+) -> list[dict[str, Any]]:
     """`/v1/models`' data: every name a client may send, each model's own first, `root`
-    the model it means and `status` whether it runs (as llama-server's router lists them)."""
-    described = manager.describe()
-    return [
-        {
-            "id": name,
-            "object": "model",
-            "created": created,
-            "owned_by": "astrai",
-            "root": model,
-            "status": {"value": described[model]["status"]},
-            "memory_mb": described[model]["memory_mb"],
-        }
-        for model, names in manager.served_names().items()
-        for name in names
-    ]
+    the model it means; with `described` (`astrai serve`'s models), `status` whether it runs
+    (as llama-server's router lists them) and its memory."""
+    entries = []
+    for model, names in served.items():
+        state: dict[str, Any] = {}
+        if described is not None:
+            state = {
+                "status": {"value": described[model]["status"]},
+                "memory_mb": described[model]["memory_mb"],
+            }
+        for name in names:
+            base = {"id": name, "object": "model", "created": created, "owned_by": "astrai"}
+            entries.append({**base, "root": model, **state})
+    return entries
 
 
 async def _named_model(request: Request, services: RequestServices) -> tuple[ModelManager, str]:
-    """The manager and the model a /models/load or /models/unload body names."""
-    check_api_key(request, services.config.api_key)
+    """The manager and the model a /models/load or /models/unload body names (the route
+    checked the API key)."""
     manager = services.models
     if manager is None:
         raise GatewayError.invalid(

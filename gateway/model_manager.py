@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.model_control import Catalog, CatalogModel, ModelProcesses
-from common.model_names import resolve_name
 from gateway.errors import ErrorKind, GatewayError
 from gateway.model_control_client import ModelControlClient, ModelControlError
 from gateway.registry import WorkerRegistry
+from gateway.served_models import resolve_served
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 0.5  # how often the processes' status, memory and idle times are read
@@ -75,23 +75,7 @@ class ModelManager:
 
     def resolve(self, requested: str | None) -> str:
         """The catalog's model a request names (or the only one); else a 400 / 404."""
-        names = self.served_names()
-        if requested is None:
-            if len(names) == 1:
-                return next(iter(names))
-            raise GatewayError.invalid(
-                f"model is required when several are served: {', '.join(names)}", "model"
-            )
-        model = resolve_name(names, requested)
-        if model is None:
-            listed = ", ".join(name for entry in names.values() for name in entry)
-            raise GatewayError(
-                ErrorKind.NOT_FOUND,
-                f"model {requested!r} is not served here; available: {listed}",
-                param="model",
-                code="model_not_found",
-            )
-        return model
+        return resolve_served(self.served_names(), requested)
 
     # -- state --------------------------------------------------------------------------------
     def loaded(self, model: str) -> bool:

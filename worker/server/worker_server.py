@@ -61,8 +61,7 @@ class WorkerServer:
     def __init__(
         self, engine: InferenceEngine, config: WorkerConfig, lookup: Lookup = socket.getaddrinfo
     ) -> None:
-        self.engine = engine
-        self.config = config
+        self.engine, self.config = engine, config
         self.drops = DropCounter()
         self.links: dict[str, GatewayLink] = {}  # by endpoint
         self.routes = RequestRoutes()
