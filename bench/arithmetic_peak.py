@@ -23,6 +23,7 @@ SOURCE = Path(__file__).parent / "csrc" / "arithmetic_peak.cpp"
 KINDS = {
     "fma256": "float32 FMA, 256-bit",
     "fma512": "float32 FMA, 512-bit",
+    "maddubs256": "8-bit products in pairs (AVX2 vpmaddubsw), 256-bit",
     "dpbusd256": "8-bit dot product (AVX-VNNI), 256-bit",
     "dpbusd512": "8-bit dot product (AVX512-VNNI), 512-bit",
     "dpwssd512": "16-bit dot product (AVX512-VNNI), 512-bit",

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from bench.memory_bandwidth import read_bandwidth_gb_s
-from worker.kernels.kquant_probe import KQUANT_TYPES, gemv_available
+from worker.kernels.kquant_probe import KQUANT_TYPES, gemv_types
 from worker.kernels.timing import best_ms, run_each
 from worker.machine.cpu_info import describe
 
@@ -35,11 +35,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rows", default="1,2,4,8", help="row counts, comma-separated")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per point")
-    parser.add_argument("--types", default=",".join(KQUANT_TYPES), help="K-quant types")
+    parser.add_argument(
+        "--types", default=",".join(sorted(gemv_types())), help="K-quant types (the gemv's here)"
+    )
     parser.add_argument("--shapes", default="qkv,gate_up,down", help=f"of {', '.join(SHAPES)}")
     args = parser.parse_args(argv)
-    if not gemv_available():
-        raise SystemExit("needs the native kernels built with AVX-512 VNNI (make install)")
+    missing = set(args.types.split(",")) - gemv_types()
+    if missing:
+        raise SystemExit(
+            f"no gemv for {', '.join(sorted(missing))} here (Q4_K needs AVX2, Q6_K AVX-512 VNNI; "
+            "make install builds the kernels)"
+        )
     torch.set_num_threads(args.threads)
     ggml, ours = torch.ops.astrai_ggml, torch.ops.astrai
     generator = torch.Generator().manual_seed(0)

@@ -42,6 +42,13 @@ int timed(const char* kind, long long iterations, long long* out) {
 #pragma omp parallel reduction(+ : sink)
     sink += run(iterations, _mm256_set1_ps(1.0f), [&](__m256 a) { return _mm256_fmadd_ps(a, x, y); });
   }
+  else if (!std::strcmp(kind, "maddubs256")) {
+    // AVX2's 8-bit products in pairs (what the ymm gemv runs on without VNNI).
+    macs = 32;
+    const __m256i y = _mm256_set1_epi8(static_cast<char>(seed));
+#pragma omp parallel reduction(+ : sink)
+    sink += run(iterations, _mm256_set1_epi8(1), [&](__m256i a) { return _mm256_maddubs_epi16(a, y); });
+  }
 #if defined(__AVX512F__)
   else if (!std::strcmp(kind, "fma512")) {
     macs = 16;

@@ -36,7 +36,7 @@ MIX = {
     "ffn_up.weight": "Q4_0",
     "ffn_down.weight": "Q4_K",
 }
-# What multiplies a Q4_K layer's few rows: our 8-bit gemv where the CPU has AVX-512 VNNI.
+# What multiplies a Q4_K layer's few rows: our 8-bit gemv where the CPU has AVX2.
 Q4_K_FEW_ROWS = "8-bit gemv" if gemv_available() else "ggml interleaved"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 TEXT = (

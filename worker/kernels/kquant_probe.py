@@ -1,5 +1,5 @@
 """From how many rows the panel kernels beat the few-row kernels on K-quant weights, measured
-here (our gemv where the CPU has AVX-512 VNNI, else ggml's own).
+here (our 8-bit gemv for the types it takes on this CPU, else ggml's own).
 
 ggml's kernels for Q4_K and Q6_K quantize the activations to 8 bits and multiply integers;
 ours (csrc/kquant_matmul.cpp) unpack each block once per panel and multiply float32 (bf16
@@ -34,13 +34,24 @@ def kquant_kernels_available() -> bool:
     return bool(torch.ops.astrai.kquant_linear_available())
 
 
-def gemv_available() -> bool:
-    """Whether K-quant rows below the panels' take our gemv (csrc/kquant_gemv.h) rather than
-    ggml's kernels: built for this CPU (AVX-512 VNNI) and not turned off by
-    ASTRAI_KQUANT_GEMV=0."""
+def gemv_types() -> frozenset[str]:
+    """The K-quant types whose rows below the panels' take our 8-bit gemv
+    (csrc/kquant_gemv.h) rather than ggml's kernels: Q4_K from AVX2 on, Q6_K with AVX-512 VNNI;
+    none where ASTRAI_KQUANT_GEMV=0."""
     if os.environ.get("ASTRAI_KQUANT_GEMV", "1") == "0" or not kquant_kernels_available():
-        return False
-    return bool(torch.ops.astrai.kquant_gemv_available())
+        return frozenset()
+    available = torch.ops.astrai.kquant_gemv_available
+    return frozenset(name for name, kind in KQUANT_TYPES.items() if available(kind))
+
+
+def gemv_available(type_name: str = "Q4_K") -> bool:
+    """Whether our gemv takes `type_name` here (gemv_types)."""
+    return type_name in gemv_types()
+
+
+def gemv_isa() -> str:
+    """The instructions our gemv runs on here (its zmm form takes Q6_K too, its ymm one not)."""
+    return "AVX-512 VNNI" if gemv_available("Q6_K") else "AVX2"
 
 
 @torch.inference_mode()
@@ -50,7 +61,6 @@ def measure_kquant_rows(measured: dict[str, float]) -> dict[str, int]:
     candidates, and for Q6_K wherever our gemv is (ggml_linear.py's _kernel_layout). Every
     timing goes into `measured` (ms per matmul)."""
     ggml, ours = torch.ops.astrai_ggml, torch.ops.astrai
-    gemv = gemv_available()
     generator = torch.Generator().manual_seed(0)
     out, width = _SHAPE
     rows_by_type: dict[str, int] = {}
@@ -63,6 +73,7 @@ def measure_kquant_rows(measured: dict[str, float]) -> dict[str, int]:
         if name == "Q4_K" and not woven:  # our Q4_K kernel reads ggml's woven bytes only
             rows_by_type[name] = 0
             continue
+        gemv = gemv_available(name)
         if name == "Q6_K" and gemv:  # grouped for the gemv, which takes every row count
             rows_by_type[name] = 0
             continue

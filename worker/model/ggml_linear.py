@@ -8,7 +8,7 @@ from typing import NamedTuple, TypeGuard
 import torch
 from torch import nn
 
-from worker.kernels.kquant_probe import gemv_available
+from worker.kernels.kquant_probe import gemv_types
 
 
 class QuantTensor(NamedTuple):
@@ -41,8 +41,8 @@ class GgmlLinear(nn.Module):
     (csrc/kquant_matmul.cpp), reading the same bytes. Fewer rows of woven Q4_K parts take
     our gemv (csrc/kquant_gemv.h: ggml's arithmetic, the weights streamed ahead of it), and
     so do Q6_K parts at every row count, grouped once here (csrc/kquant_q6k_grouped.h),
-    where the CPU has it and `gemv` is not False; side by side, such parts of one type are
-    one weight.
+    for the types the gemv takes on this CPU (kquant_probe.gemv_types) unless `gemv` is
+    False; side by side, such parts of one type are one weight.
     """
 
     def __init__(
@@ -50,16 +50,16 @@ class GgmlLinear(nn.Module):
         parts: Sequence[QuantTensor],
         bias: torch.Tensor | None,
         panel_rows: Mapping[str, int] | None = None,
-        gemv: bool | None = None,
+        gemv: bool = True,
     ) -> None:
         super().__init__()
         if not parts or len({p.cols for p in parts}) != 1:
             raise ValueError("GgmlLinear needs parts with one common input width")
         ops = torch.ops.astrai_ggml
         self.woven = [int(ops.can_interleave(p.type, p.rows)) for p in parts]
-        use_gemv = gemv_available() if gemv is None else gemv
+        on_this_cpu = gemv_types() if gemv is not False else frozenset()
         on_gemv = [
-            use_gemv and p.type_name in GEMV_TYPES and (bool(woven) or not GEMV_TYPES[p.type_name])
+            p.type_name in on_this_cpu and (bool(woven) or not GEMV_TYPES[p.type_name])
             for p, woven in zip(parts, self.woven, strict=True)
         ]
         weights = [

@@ -17,6 +17,7 @@ from torch import nn
 
 from worker.kernels.build import int8_block_kernels_available, native_kernels_available
 from worker.kernels.ggml_build import ggml_isa, ggml_kernels_available
+from worker.kernels.kquant_probe import gemv_isa
 from worker.kernels.layout import q8_0_blocks_from_q5_0, records_from_gguf
 from worker.kernels.plan import KernelPlan
 from worker.machine.heap import release_freed_heap
@@ -249,7 +250,7 @@ def _linear(
     for i, (q, rows) in enumerate(zip(quant, layer.part_panel_rows, strict=True)):
         path = f"ggml {'interleaved' if layer.woven[i] else 'vec_dot'} ({ggml_isa()})"
         if layer.on_gemv[i]:
-            path = "8-bit gemv (AVX-512 VNNI)"
+            path = f"8-bit gemv ({gemv_isa()})"
         paths.add(q.type_name, f"{path}, panel kernel from {rows} rows" if rows else path)
     return layer
 

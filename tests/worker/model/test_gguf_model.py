@@ -11,7 +11,7 @@ import torch
 from bench.accuracy import sequence_logits
 from tests.worker.model_factory import hf_model, random_tokens, write_gguf
 from tests.worker.native import needs_ggml, needs_native_kernels
-from worker.kernels.kquant_probe import gemv_available
+from worker.kernels.kquant_probe import gemv_available, gemv_isa
 from worker.model.block_linear import BlockLinear
 from worker.model.ggml_linear import GgmlEmbedding, GgmlLinear
 from worker.model.gguf_tensors import GgufFileError
@@ -80,7 +80,7 @@ def test_a_q4_k_m_file_runs_each_tensor_in_its_own_type(tmp_path, monkeypatch, a
     assert isinstance(model._head, GgmlLinear) and model._head.type_names == ["Q6_K"]
     q4_k = 6 if arch == "phi3" else 10  # two layers' Q4_K tensors: Phi-3 fuses three of five
     kernel = (
-        r"8-bit gemv \(AVX-512 VNNI\)" if gemv_available() else r"ggml (interleaved|vec_dot) \("
+        rf"8-bit gemv \({gemv_isa()}\)" if gemv_available() else r"ggml (interleaved|vec_dot) \("
     )
     assert re.search(rf"Q4_K x{q4_k} → {kernel}", model.weight_paths)
     assert "Q6_K" in model.weight_paths

@@ -1,6 +1,6 @@
-// Q4_K weights woven by ggml times rows of activations in 8-bit integers (AVX-512 VNNI), with
-// the weights streamed ahead of the arithmetic; the activation rows' format, shared with the
-// grouped Q6_K kernel (kquant_q6k_grouped.h).
+// Q4_K weights woven by ggml times rows of activations in 8-bit integers (AVX-512 VNNI:
+// kquant_gemv_zmm.h; AVX2: kquant_gemv_ymm.h), with the weights streamed ahead of the arithmetic;
+// the activation rows' format, shared with the grouped Q6_K kernel (kquant_q6k_grouped.h).
 //
 // Why: at one to a few rows a decode step reads every weight once and does little with it, so
 // it is bound by memory; ggml's gemv for these bytes stalls on each load before it computes
@@ -11,210 +11,21 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
-#include "kquant_format.h"
+#include "kquant_rows.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// Q4_K and the grouped Q6_K (kquant_q6k_grouped.h).
 #define ASTRAI_KQUANT_GEMV 1
+#include "kquant_gemv_zmm.h"
+#elif defined(__AVX2__)
+#include "kquant_gemv_ymm.h"
+#endif
+
+#if defined(__AVX2__)
+// Q4_K on either form.
+#define ASTRAI_Q4K_GEMV 1
 namespace astrai {
-
-// Activation rows as 8-bit integers: per row and super-block a scale, per 16 inputs a sum,
-// and the sums per 32 inputs as 16-bit pairs (word p of a super-block: sub-blocks 2p, 2p + 1).
-struct QuantizedRows {
-  const int8_t* codes;       // (rows, k)
-  const float* scales;       // (rows, k / 256)
-  const int32_t* sums;       // (rows, k / 16)
-  const int32_t* pair_sums;  // (rows, k / 64)
-  int64_t k;
-
-  const int8_t* row_codes(int64_t row) const { return codes + row * k; }
-  float scale(int64_t row, int64_t super) const { return scales[row * (k / kSuperBlock) + super]; }
-  const int32_t* row_sums(int64_t row, int64_t super) const {
-    return sums + row * (k / 16) + 16 * super;
-  }
-  const int32_t* row_pair_sums(int64_t row, int64_t super) const {
-    return pair_sums + row * (k / 64) + 4 * super;
-  }
-};
-
-// Row x[0 .. k) → codes, scales, sums: codes = round(x / s), s = max |x| / 127 per 256. A sum
-// of 32 codes is at most 32 · 127 in size, so it fits a 16-bit word.
-inline void quantize_row_q8(const float* x, int64_t k, int8_t* codes, float* scales, int32_t* sums,
-                            int32_t* pair_sums) {
-  for (int64_t s = 0; s < k / kSuperBlock; ++s) {
-    const float* in = x + s * kSuperBlock;
-    __m512 amax = _mm512_setzero_ps();
-    for (int64_t i = 0; i < kSuperBlock; i += 16)
-      amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(in + i)));
-    const float top = _mm512_reduce_max_ps(amax);
-    scales[s] = top / 127.0f;
-    const __m512 inverse = _mm512_set1_ps(top > 0 ? 127.0f / top : 0.0f);
-    int32_t* block_sums = sums + s * (kSuperBlock / 16);
-    for (int64_t i = 0; i < kSuperBlock; i += 16) {
-      const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(in + i), inverse));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + s * kSuperBlock + i),
-                       _mm512_cvtsepi32_epi8(a));
-      block_sums[i / 16] = _mm512_reduce_add_epi32(a);
-    }
-    for (int p = 0; p < 4; ++p) {
-      const int32_t even = block_sums[4 * p] + block_sums[4 * p + 1];
-      const int32_t odd = block_sums[4 * p + 2] + block_sums[4 * p + 3];
-      pair_sums[4 * s + p] =
-          static_cast<int32_t>(static_cast<uint16_t>(even) | (static_cast<uint32_t>(odd) << 16));
-    }
-  }
-}
-
-// One super-block's sub-block scales and minimums of a woven group of 8 rows (columns of the
-// output), as integers.
-struct Q4KScales {
-  // Lanes 2c and 2c + 1 (a column's 8 code bytes of a run are two dot-product lanes): column
-  // c's scales of sub-blocks 2q (low word) and 2q + 1 (high word).
-  __m512i scale_pair[4];
-  // Lane 2c: column c's minimums of sub-blocks 2p and 2p + 1 as 16-bit words; lane 2c + 1: 0.
-  __m512i minimum[4];
-
-  explicit Q4KScales(const uint8_t* super) {
-    // Per sub-block s, bytes 12 s .. + 12 of the 96: words w0 (scales of rows 0-3 and the top
-    // bits of rows 4-7's), w1 (minimums likewise), w2 (low nibbles of rows 4-7's); lane s of
-    // w0, w1, w2 below (lanes 8-15 unused).
-    const __m512i head = _mm512_loadu_si512(super + 32), tail = _mm512_loadu_si512(super + 96);
-    const __m512i three =
-        _mm512_set_epi32(45, 42, 39, 36, 33, 30, 27, 24, 21, 18, 15, 12, 9, 6, 3, 0);
-    const __m512i w0 =
-        _mm512_permutex2var_epi32(head, _mm512_and_si512(three, _mm512_set1_epi32(31)), tail);
-    const __m512i w1 = _mm512_permutex2var_epi32(
-        head,
-        _mm512_and_si512(_mm512_add_epi32(three, _mm512_set1_epi32(1)), _mm512_set1_epi32(31)),
-        tail);
-    const __m512i w2 = _mm512_permutex2var_epi32(
-        head,
-        _mm512_and_si512(_mm512_add_epi32(three, _mm512_set1_epi32(2)), _mm512_set1_epi32(31)),
-        tail);
-    const __m512i six = _mm512_set1_epi8(0x3F), four = _mm512_set1_epi8(0x0F),
-                  top = _mm512_set1_epi8(0x30);
-    const __m512i sc_low = _mm512_and_si512(w0, six), mn_low = _mm512_and_si512(w1, six);
-    const __m512i sc_high = _mm512_or_si512(_mm512_and_si512(w2, four),
-                                            _mm512_and_si512(_mm512_srli_epi32(w0, 2), top));
-    const __m512i mn_high = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), four),
-                                            _mm512_and_si512(_mm512_srli_epi32(w1, 2), top));
-    // Qword s: the 8 rows' bytes of sub-block s (unpack works within 128-bit lanes: the low
-    // half gives sub-blocks 0, 1 | 4, 5, the high half 2, 3 | 6, 7).
-    alignas(64) uint64_t sc[2][8], mn[2][8];
-    _mm512_store_si512(sc[0], _mm512_unpacklo_epi32(sc_low, sc_high));
-    _mm512_store_si512(sc[1], _mm512_unpackhi_epi32(sc_low, sc_high));
-    _mm512_store_si512(mn[0], _mm512_unpacklo_epi32(mn_low, mn_high));
-    _mm512_store_si512(mn[1], _mm512_unpackhi_epi32(mn_low, mn_high));
-    const __m128i twice = _mm_set_epi8(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    __m256i each[8];
-    __m512i scale[8];
-    for (int b = 0; b < 8; ++b) {
-      const int half = (b / 2) % 2, at = 2 * (b / 4) + b % 2;
-      const __m128i bytes = _mm_cvtsi64_si128(static_cast<int64_t>(sc[half][at]));
-      scale[b] = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(bytes, twice));
-      each[b] = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn[half][at])));
-    }
-    for (int q = 0; q < 4; ++q)
-      scale_pair[q] = _mm512_or_si512(scale[2 * q], _mm512_slli_epi32(scale[2 * q + 1], 16));
-    for (int p = 0; p < 4; ++p)
-      minimum[p] = _mm512_cvtepu32_epi64(
-          _mm256_or_si256(each[2 * p], _mm256_slli_epi32(each[2 * p + 1], 16)));
-  }
-};
-
-// run<kRows>(row) for the last `left` rows from `row`, left < kRows + 1.
-template <int kRows, typename F>
-inline void the_rest(int64_t left, int64_t row, const F& run) {
-  if constexpr (kRows > 0) {
-    if (left == kRows) {
-      run.template operator()<kRows>(row);
-    } else {
-      the_rest<kRows - 1>(left, row, run);
-    }
-  }
-}
-
-// run<kRows>(first row) over rows [0, m): kMax at a time, then the fewer left (the kernels
-// keep kRows rows' sums in registers, so their count is a template argument).
-template <int kMax, typename F>
-inline void in_runs_of(int64_t m, const F& run) {
-  int64_t row = 0;
-  for (; row + kMax <= m; row += kMax) run.template operator()<kMax>(row);
-  the_rest<kMax - 1>(m - row, row, run);
-}
-
-// 8 fp16 at p as floats, each twice (lanes 2r and 2r + 1).
-inline __m512 halves_twice(const uint8_t* p) {
-  const __m512 once = _mm512_castps256_ps512(load_halves(p));
-  return _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0),
-                               once);
-}
-
-// Bytes ahead of the super-block being multiplied that are requested from memory: enough to
-// cover the memory's latency at its bandwidth, little enough to stay in L1.
-constexpr int64_t kPrefetchAhead = 8 * kQ4KWovenBytes;
-
-// out[r][c] for rows r < kRows of `x` and the 8 columns of woven group `group`.
-template <int kRows>
-inline void q4_k_gemv_group(const uint8_t* weights, int64_t supers, int64_t group,
-                            const QuantizedRows& x, int64_t first_row, float* out, int64_t n) {
-  __m512 dot[kRows];
-  for (int r = 0; r < kRows; ++r) dot[r] = _mm512_setzero_ps();
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
-  const uint8_t* group_bytes = weights + group * supers * kQ4KWovenBytes;
-  for (int64_t s = 0; s < supers; ++s) {
-    const uint8_t* super = group_bytes + s * kQ4KWovenBytes;
-    for (int64_t line = 0; line < kQ4KWovenBytes; line += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(super + kPrefetchAhead + line), _MM_HINT_T1);
-    const Q4KScales scales(super);
-    __m512i sum[kRows];
-    for (int r = 0; r < kRows; ++r) sum[r] = _mm512_setzero_si512();
-    for (int64_t q = 0; q < 4; ++q) {  // sub-blocks 2q (low nibbles) and 2q + 1 (high)
-      __m512i low[4], high[4];
-      for (int j = 0; j < 4; ++j) {
-        const __m512i run = _mm512_loadu_si512(super + 128 + 256 * q + 64 * j);
-        low[j] = _mm512_and_si512(run, nibble);
-        high[j] = _mm512_and_si512(_mm512_srli_epi16(run, 4), nibble);
-      }
-      for (int r = 0; r < kRows; ++r) {
-        const int8_t* codes = x.row_codes(first_row + r) + s * kSuperBlock + 64 * q;
-        __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
-        for (int j = 0; j < 4; ++j) {
-          int64_t lo, hi;
-          std::memcpy(&lo, codes + 8 * j, 8);
-          std::memcpy(&hi, codes + 32 + 8 * j, 8);
-          a = _mm512_dpbusd_epi32(a, low[j], _mm512_set1_epi64(lo));
-          b = _mm512_dpbusd_epi32(b, high[j], _mm512_set1_epi64(hi));
-        }
-        // Each lane of a and b is 16 products of a 4-bit code and an 8-bit activation, within
-        // 16 bits: as a pair of words they take their scales in one dot product.
-        const __m512i pair = _mm512_mask_blend_epi16(0xAAAAAAAA, a, _mm512_slli_epi32(b, 16));
-        sum[r] = _mm512_dpwssd_epi32(sum[r], pair, scales.scale_pair[q]);
-      }
-    }
-    const __m512 d = halves_twice(super), dmin = halves_twice(super + 16);
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t row = first_row + r;
-      const __m512 xs = _mm512_set1_ps(x.scale(row, s));
-      dot[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r]), _mm512_mul_ps(d, xs), dot[r]);
-      // Less Σ over sub-blocks of minimum × the activations' sum (two sub-blocks per 16-bit
-      // pair), in each column's even lane.
-      const int32_t* pairs = x.row_pair_sums(row, s);
-      __m512i m = _mm512_setzero_si512();
-      for (int p = 0; p < 4; ++p)
-        m = _mm512_dpwssd_epi32(m, scales.minimum[p], _mm512_set1_epi32(pairs[p]));
-      dot[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dmin, xs), dot[r]);
-    }
-  }
-  const __m512i even = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 14, 12, 10, 8, 6, 4, 2, 0);
-  const __m512i odd = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 15, 13, 11, 9, 7, 5, 3, 1);
-  for (int r = 0; r < kRows; ++r) {
-    const __m256 pairs = _mm256_add_ps(_mm512_castps512_ps256(_mm512_permutexvar_ps(even, dot[r])),
-                                       _mm512_castps512_ps256(_mm512_permutexvar_ps(odd, dot[r])));
-    _mm256_storeu_ps(out + (first_row + r) * n + 8 * group, pairs);
-  }
-}
 
 // out (m, n) = x (m, k) times the woven Q4_K weight (n / 8 groups, k / 256, 1152 bytes), for
 // groups [first, last); rows eight at a time (a group's bytes stay in L1/L2 between them).
