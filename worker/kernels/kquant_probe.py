@@ -36,8 +36,8 @@ def kquant_kernels_available() -> bool:
 
 def gemv_types() -> frozenset[str]:
     """The K-quant types whose rows below the panels' take our 8-bit gemv
-    (csrc/kquant_gemv.h) rather than ggml's kernels: Q4_K from AVX2 on, Q6_K with AVX-512 VNNI;
-    none where ASTRAI_KQUANT_GEMV=0."""
+    (csrc/kquant_gemv.h) rather than ggml's kernels: Q4_K and Q6_K from AVX2 on (the build
+    says which); none where ASTRAI_KQUANT_GEMV=0."""
     if os.environ.get("ASTRAI_KQUANT_GEMV", "1") == "0" or not kquant_kernels_available():
         return frozenset()
     available = torch.ops.astrai.kquant_gemv_available
@@ -50,8 +50,8 @@ def gemv_available(type_name: str = "Q4_K") -> bool:
 
 
 def gemv_isa() -> str:
-    """The instructions our gemv runs on here (its zmm form takes Q6_K too, its ymm one not)."""
-    return "AVX-512 VNNI" if gemv_available("Q6_K") else "AVX2"
+    """The instructions our gemv runs on here: its zmm form or its ymm one."""
+    return "AVX-512 VNNI" if torch.ops.astrai.kquant_gemv_zmm() else "AVX2"
 
 
 @torch.inference_mode()

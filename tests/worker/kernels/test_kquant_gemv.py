@@ -17,12 +17,8 @@ from worker.model.ggml_linear import (
 
 pytestmark = [needs_native_kernels, needs_ggml]
 needs_gemv = pytest.mark.skipif(
-    not (kquant_kernels_available() and gemv_available("Q4_K")),
+    not (kquant_kernels_available() and gemv_types() == {"Q4_K", "Q6_K"}),
     reason="the gemv is built for CPUs with AVX2 or wider",
-)
-needs_q6k_gemv = pytest.mark.skipif(
-    not gemv_available("Q6_K"),
-    reason="the Q6_K gemv is built for CPUs with AVX-512 VNNI only",
 )
 
 # Row counts across its runs of four and eight rows and their remainders; widths of one to
@@ -30,11 +26,7 @@ needs_q6k_gemv = pytest.mark.skipif(
 # go four at a time from four rows on, a count that leaves two).
 ROWS = [1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 19]
 SHAPES = [(8, 256), (48, 512), (64, 2048), (24, 768)]
-CASES = [
-    pytest.param(kind, shape, marks=[] if kind == T.Q4_K else [needs_q6k_gemv])
-    for kind in (T.Q4_K, T.Q6_K)
-    for shape in [*SHAPES, *([(10, 512)] if kind == T.Q6_K else [])]
-]
+CASES = [(kind, shape) for kind in (T.Q4_K, T.Q6_K) for shape in SHAPES] + [(T.Q6_K, (10, 512))]
 
 
 def ggml():
@@ -81,9 +73,11 @@ def test_a_fused_layer_multiplies_each_run_of_one_type_as_one_weight():
     ]
     bias = torch.randn(72)
     layer = GgmlLinear(parts, bias)
-    # Q6_K on the gemv where its zmm form is, else with Q8_0 on ggml's kernels.
-    rest = [((2, 3), True), ((3, 4), False)] if gemv_available("Q6_K") else [((2, 4), False)]
-    assert [(s.parts, s.gemv) for s in layer.segments] == [((0, 2), True), *rest]
+    assert [(s.parts, s.gemv) for s in layer.segments] == [
+        ((0, 2), True),
+        ((2, 3), True),
+        ((3, 4), False),
+    ]
     merged = layer.segments[0].weight
     assert merged.shape[0] == 48
     # The two Q4_K parts are views of the one weight: held once.
@@ -101,7 +95,6 @@ def test_a_fused_layer_multiplies_each_run_of_one_type_as_one_weight():
 
 
 @needs_gemv
-@needs_q6k_gemv
 def test_rows_past_the_panels_threshold_leave_the_gemv_for_the_panels_q6_k_never():
     parts = [part(T.Q4_K, 16, 256, 5), part(T.Q6_K, 8, 256, 6)]
     layer = GgmlLinear(parts, None, {"Q4_K": 4, "Q6_K": 2})
@@ -121,9 +114,8 @@ def _ones(b: torch.Tensor) -> int:
     return sum(int(v).bit_count() for v in b.flatten().tolist())
 
 
+@needs_gemv
 def test_grouping_keeps_every_byte_of_a_q6_k_block():
-    if not gemv_available("Q6_K"):
-        pytest.skip("the grouping is built with the Q6_K gemv (AVX-512 VNNI)")
     p = part(T.Q6_K, 24, 768, 9)
     grouped = torch.ops.astrai.kquant_q6k_group(p.data)
     assert grouped.shape == p.data.shape and not torch.equal(grouped, p.data)
@@ -142,16 +134,6 @@ def test_the_gemv_can_be_turned_off(monkeypatch):
     assert [s.gemv for s in layer.segments] == [False]
 
 
-@pytest.mark.skipif(
-    not kquant_kernels_available() or gemv_available("Q6_K"), reason="Q6_K's gemv is built here"
-)
-def test_without_avx512_vnni_the_gemv_refuses_q6_k_by_name():
-    q6k = part(T.Q6_K, 8, 256, 8)
-    with pytest.raises(RuntimeError, match="takes no type 14 on this CPU"):
-        torch.ops.astrai.kquant_gemv(torch.randn(2, 256), q6k.data, int(T.Q6_K), 8)
-    assert gemv_types() <= {"Q4_K"}
-
-
 @needs_gemv
 def test_the_gemv_refuses_what_it_cannot_read():
     q6k = part(T.Q6_K, 8, 256, 8)
@@ -164,7 +146,7 @@ def test_the_gemv_refuses_what_it_cannot_read():
         torch.ops.astrai.kquant_gemv(x, q6k.data[:4], int(T.Q4_K), 4)
 
 
-@needs_q6k_gemv
+@needs_gemv
 def test_a_tied_embedding_reads_the_grouped_head_as_ggml_reads_the_file():
     p = part(T.Q6_K, 40, 512, 10)
     head = GgmlLinear([p], None)

@@ -15,16 +15,16 @@
 #include "kquant_rows.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-// Q4_K and the grouped Q6_K (kquant_q6k_grouped.h).
-#define ASTRAI_KQUANT_GEMV 1
+// The zmm forms of this gemv and of the grouped Q6_K one (kquant_q6k_grouped.h).
+#define ASTRAI_KQUANT_GEMV_ZMM 1
 #include "kquant_gemv_zmm.h"
 #elif defined(__AVX2__)
 #include "kquant_gemv_ymm.h"
 #endif
 
 #if defined(__AVX2__)
-// Q4_K on either form.
-#define ASTRAI_Q4K_GEMV 1
+// The gemv in either form (Q4_K here, Q6_K in kquant_q6k_grouped.h).
+#define ASTRAI_KQUANT_GEMV 1
 namespace astrai {
 
 // out (m, n) = x (m, k) times the woven Q4_K weight (n / 8 groups, k / 256, 1152 bytes), for

@@ -90,7 +90,7 @@ at::Tensor kquant_q6k_group(const at::Tensor& weight) {
       q6_k_group_super(src + b * kQ6KBytes, dst + b * kQ6KBytes);
   });
 #else
-  TORCH_CHECK(false, "kquant_q6k_group needs AVX-512 VNNI (see kquant_gemv_available)");
+  TORCH_CHECK(false, "kquant_q6k_group needs AVX2 (see kquant_gemv_available)");
 #endif
   return out;
 }
@@ -117,18 +117,25 @@ at::Tensor kquant_q6k_grouped_rows(const at::Tensor& weight, const at::Tensor& i
       q6_k_grouped_row(src + (index[i] * supers + s) * kQ6KBytes,
                        dst + i * in_features + s * kSuperBlock);
 #else
-  TORCH_CHECK(false, "kquant_q6k_grouped_rows needs AVX-512 VNNI (see kquant_gemv_available)");
+  TORCH_CHECK(false, "kquant_q6k_grouped_rows needs AVX2 (see kquant_gemv_available)");
 #endif
   return out;
 }
 
-// Whether kquant_gemv takes ggml type `type` here: Q4_K from AVX2 on, Q6_K (grouped) with
-// AVX-512 VNNI.
+// Whether kquant_gemv takes ggml type `type` here: Q4_K (woven) and Q6_K (grouped) from AVX2
+// on.
 bool kquant_gemv_available(int64_t type) {
 #if defined(ASTRAI_KQUANT_GEMV)
   return type == kGgmlQ4K || type == kGgmlQ6K;
-#elif defined(ASTRAI_Q4K_GEMV)
-  return type == kGgmlQ4K;
+#else
+  return false;
+#endif
+}
+
+// Whether the gemv runs its zmm form (AVX-512 VNNI) here rather than its ymm one.
+bool kquant_gemv_zmm() {
+#if defined(ASTRAI_KQUANT_GEMV_ZMM)
+  return true;
 #else
   return false;
 #endif
@@ -155,7 +162,7 @@ at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t
   const int64_t m = x.size(0), k = x.size(1), n = out_features;
   at::Tensor out = at::empty({m, n}, x.options());
   if (m == 0) return out;
-#if defined(ASTRAI_Q4K_GEMV)
+#if defined(ASTRAI_KQUANT_GEMV)
   at::Tensor codes = at::empty({m, k}, x.options().dtype(at::kChar));
   at::Tensor scales = at::empty({m, k / kSuperBlock}, x.options());
   at::Tensor sums = at::empty({m, k / 16}, x.options().dtype(at::kInt));
@@ -169,9 +176,7 @@ at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t
       quantize_row_q8(in + r * k, k, row_codes, scales.data_ptr<float>() + r * (k / kSuperBlock),
                       sums.data_ptr<int32_t>() + r * (k / 16),
                       pair_sums.data_ptr<int32_t>() + r * (k / 64));
-#if defined(ASTRAI_KQUANT_GEMV)
       if (type != kGgmlQ4K) group_row_codes(row_codes, k, grouped.data_ptr<int8_t>() + r * k);
-#endif
     }
   });
   const QuantizedRows rows{codes.data_ptr<int8_t>(), scales.data_ptr<float>(),
@@ -184,11 +189,9 @@ at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t
       q4_k_gemv_groups(w, supers, rows, m, first, last, dst, n);
     });
   } else {
-#if defined(ASTRAI_KQUANT_GEMV)
     parallel_chunks(n, chunk_for(n, 32, 256), [&](int64_t first, int64_t last) {
       q6_k_grouped_gemv(w, supers, rows, grouped.data_ptr<int8_t>(), m, first, last, dst, n);
     });
-#endif
   }
 #endif
   return out;
@@ -202,6 +205,7 @@ TORCH_LIBRARY_FRAGMENT(astrai, m) {
   m.def("kquant_linear_available() -> bool", &kquant_linear_available);
   m.def("kquant_gemv(Tensor x, Tensor weight, int type, int out_features) -> Tensor");
   m.def("kquant_gemv_available(int type) -> bool", &kquant_gemv_available);
+  m.def("kquant_gemv_zmm() -> bool", &kquant_gemv_zmm);
   m.def("kquant_q6k_group(Tensor weight) -> Tensor");
   m.def("kquant_q6k_grouped_rows(Tensor weight, Tensor ids, int in_features) -> Tensor");
 }
