@@ -61,6 +61,18 @@ inline void quantize_row_q8(const float* x, int64_t k, int8_t* codes, float* sca
   }
 }
 
+// Dword 3s + k of the 24 in a, b, c (dwords 0-7, 8-15, 16-23) in lane s.
+template <int k>
+inline __m256i dwords_of_sub_blocks(__m256i a, __m256i b, __m256i c) {
+  const __m256i index = _mm256_setr_epi32(k % 8, (3 + k) % 8, (6 + k) % 8, (9 + k) % 8,
+                                          (12 + k) % 8, (15 + k) % 8, (18 + k) % 8, (21 + k) % 8);
+  constexpr int from_b = k == 0 ? 0x38 : k == 1 ? 0x18 : 0x1C;  // lanes whose dword is in b
+  constexpr int from_c = k == 0 ? 0xC0 : 0xE0;                  // and in c
+  const __m256i ab = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(a, index),
+                                        _mm256_permutevar8x32_epi32(b, index), from_b);
+  return _mm256_blend_epi32(ab, _mm256_permutevar8x32_epi32(c, index), from_c);
+}
+
 // One super-block's sub-block scales and minimums of a woven group of 8 columns, as the
 // 16-bit words the dot products take.
 struct Q4KScalesYmm {
@@ -71,30 +83,52 @@ struct Q4KScalesYmm {
   __m256i minimum[4];
 
   explicit Q4KScalesYmm(const uint8_t* super) {
-    // Per sub-block, 12 bytes (kquant_format.h): 4 columns' scale or minimum per 32-bit word.
-    uint32_t sc[8][2], mn[8][2];
-    for (int s = 0; s < 8; ++s) {
-      uint32_t w0, w1, w2;
-      std::memcpy(&w0, super + 32 + 12 * s, 4);
-      std::memcpy(&w1, super + 36 + 12 * s, 4);
-      std::memcpy(&w2, super + 40 + 12 * s, 4);
-      sc[s][0] = w0 & 0x3F3F3F3F;
-      mn[s][0] = w1 & 0x3F3F3F3F;
-      sc[s][1] = (w2 & 0x0F0F0F0F) | ((w0 >> 2) & 0x30303030);
-      mn[s][1] = ((w2 >> 4) & 0x0F0F0F0F) | ((w1 >> 2) & 0x30303030);
-    }
-    const __m128i four_each = _mm_set_epi8(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    for (int half = 0; half < 2; ++half)
+    // Bytes 32-127 as 24 dwords; sub-block s's 12 bytes (kquant_format.h) are dwords 3s
+    // (scales of columns 0-3, top bits of 4-7's), 3s + 1 (minimums likewise) and 3s + 2 (low
+    // nibbles of columns 4-7's). Lane s of w0, w1, w2 below: sub-block s's.
+    const auto at = [&](int offset) {
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(super + offset));
+    };
+    const __m256i a = at(32), b = at(64), c = at(96);
+    const __m256i w0 = dwords_of_sub_blocks<0>(a, b, c), w1 = dwords_of_sub_blocks<1>(a, b, c),
+                  w2 = dwords_of_sub_blocks<2>(a, b, c);
+    const __m256i six = _mm256_set1_epi8(0x3F), four = _mm256_set1_epi8(0x0F),
+                  top = _mm256_set1_epi8(0x30);
+    // Dword s: the byte of each of 4 columns (0-3: low, 4-7: high) of sub-block s.
+    const __m256i sc_low = _mm256_and_si256(w0, six), mn_low = _mm256_and_si256(w1, six);
+    const __m256i sc_high = _mm256_or_si256(_mm256_and_si256(w2, four),
+                                            _mm256_and_si256(_mm256_srli_epi32(w0, 2), top));
+    const __m256i mn_high = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), four),
+                                            _mm256_and_si256(_mm256_srli_epi32(w1, 2), top));
+    // scale[half][s]: both 128-bit lanes hold dwords 4 (s / 4) .. + 3, and one byte shuffle
+    // spreads dword s % 4's bytes over the words (zero bytes: index -128).
+    constexpr char z = -128;
+    const __m256i spread[4] = {
+        _mm256_setr_epi8(0, z, 0, z, 0, z, 0, z, 1, z, 1, z, 1, z, 1, z, 2, z, 2, z, 2, z, 2, z, 3,
+                         z, 3, z, 3, z, 3, z),
+        _mm256_setr_epi8(4, z, 4, z, 4, z, 4, z, 5, z, 5, z, 5, z, 5, z, 6, z, 6, z, 6, z, 6, z, 7,
+                         z, 7, z, 7, z, 7, z),
+        _mm256_setr_epi8(8, z, 8, z, 8, z, 8, z, 9, z, 9, z, 9, z, 9, z, 10, z, 10, z, 10, z, 10, z,
+                         11, z, 11, z, 11, z, 11, z),
+        _mm256_setr_epi8(12, z, 12, z, 12, z, 12, z, 13, z, 13, z, 13, z, 13, z, 14, z, 14, z, 14,
+                         z, 14, z, 15, z, 15, z, 15, z, 15, z)};
+    const __m256i halves[2] = {sc_low, sc_high};
+    for (int half = 0; half < 2; ++half) {
+      const __m256i first = _mm256_permute4x64_epi64(halves[half], _MM_SHUFFLE(1, 0, 1, 0));
+      const __m256i last = _mm256_permute4x64_epi64(halves[half], _MM_SHUFFLE(3, 2, 3, 2));
       for (int s = 0; s < 8; ++s)
-        scale[half][s] = _mm256_cvtepu8_epi16(
-            _mm_shuffle_epi8(_mm_cvtsi32_si128(static_cast<int32_t>(sc[s][half])), four_each));
-    for (int p = 0; p < 4; ++p) {
-      const __m256i even = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(
-          static_cast<int64_t>(mn[2 * p][0] | (static_cast<uint64_t>(mn[2 * p][1]) << 32))));
-      const __m256i odd = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(
-          mn[2 * p + 1][0] | (static_cast<uint64_t>(mn[2 * p + 1][1]) << 32))));
-      minimum[p] = _mm256_or_si256(even, _mm256_slli_epi32(odd, 16));
+        scale[half][s] = _mm256_shuffle_epi8(s < 4 ? first : last, spread[s % 4]);
     }
+    // minimum[p]: lane 0 holds columns 0-3's dwords, lane 1 columns 4-7's, of sub-blocks
+    // 4 (p / 2) .. + 3; the shuffle takes sub-blocks 2p and 2p + 1 of each column.
+    const __m256i pair[2] = {
+        _mm256_setr_epi8(0, z, 4, z, 1, z, 5, z, 2, z, 6, z, 3, z, 7, z, 0, z, 4, z, 1, z, 5, z, 2,
+                         z, 6, z, 3, z, 7, z),
+        _mm256_setr_epi8(8, z, 12, z, 9, z, 13, z, 10, z, 14, z, 11, z, 15, z, 8, z, 12, z, 9, z,
+                         13, z, 10, z, 14, z, 11, z, 15, z)};
+    const __m256i minimums[2] = {_mm256_permute2x128_si256(mn_low, mn_high, 0x20),
+                                 _mm256_permute2x128_si256(mn_low, mn_high, 0x31)};
+    for (int p = 0; p < 4; ++p) minimum[p] = _mm256_shuffle_epi8(minimums[p / 2], pair[p % 2]);
   }
 };
 
