@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(
 def test_each_kind_this_cpu_has_is_measured_and_no_other():
     measured = {peak.kind: peak for peak in peaks(threads=1, iterations=200_000)}
     flags = cpu_flags()
-    expected = {"fma256"}
+    expected = {"fma256", "maddubs256"}  # AVX2, which the kernels need anyway
     if "avx512f" in flags:
         expected.add("fma512")
     if "avx512_vnni" in flags:
@@ -26,4 +26,5 @@ def test_each_kind_this_cpu_has_is_measured_and_no_other():
         expected.add("dpbusd256")
     assert set(measured) == expected
     assert measured["fma256"].macs_per_instruction == 8
+    assert measured["maddubs256"].macs_per_instruction == 32
     assert all(peak.instructions_per_s > 0 for peak in measured.values())
