@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple, TypeGuard
 
 import torch
 from torch import nn
 
-from worker.kernels.kquant_probe import gemv_types
+from worker.kernels.kernel_table import PartRoute
 
 
 class QuantTensor(NamedTuple):
@@ -36,38 +36,25 @@ class GgmlLinear(nn.Module):
     woven once here by ggml's own repack code and multiplied by its gemv/gemm kernels; the
     others one dot product per output (`vec_dot`).
 
-    `panel_rows` (type name → rows, from the kernel plan): a Q4_K part woven so, or a Q6_K
-    part without our gemv, multiplies that many rows or more on our panel kernels instead
-    (csrc/kquant_matmul.cpp), reading the same bytes. Fewer rows of woven Q4_K parts take
-    our gemv (csrc/kquant_gemv.h: ggml's arithmetic, the weights streamed ahead of it), and
-    so do Q6_K parts at every row count, grouped once here (csrc/kquant_q6k_grouped.h),
-    for the types the gemv takes on this CPU (kquant_probe.gemv_types) unless `gemv` is
-    False; side by side, such parts of one type are one weight.
+    `routes` (worker/kernels/kernel_table.py decides them, one per part): a part woven so is
+    woven once here; a part on our gemv (csrc/kquant_gemv.h: ggml's arithmetic, the weights
+    streamed ahead of it) takes its rows below its `panel_from` there, Q6_K grouped once here
+    for it (csrc/kquant_q6k_grouped.h), side by side with the layer's other gemv parts of its
+    type as one weight; from `panel_from` rows on, our panel kernels
+    (csrc/kquant_matmul.cpp), reading the same bytes.
     """
 
     def __init__(
-        self,
-        parts: Sequence[QuantTensor],
-        bias: torch.Tensor | None,
-        panel_rows: Mapping[str, int] | None = None,
-        gemv: bool = True,
+        self, parts: Sequence[QuantTensor], bias: torch.Tensor | None, routes: Sequence[PartRoute]
     ) -> None:
         super().__init__()
-        if not parts or len({p.cols for p in parts}) != 1:
-            raise ValueError("GgmlLinear needs parts with one common input width")
-        ops = torch.ops.astrai_ggml
-        self.woven = [int(ops.can_interleave(p.type, p.rows)) for p in parts]
-        on_this_cpu = gemv_types() if gemv is not False else frozenset()
-        on_gemv = [
-            p.type_name in on_this_cpu and (bool(woven) or not GEMV_TYPES[p.type_name])
-            for p, woven in zip(parts, self.woven, strict=True)
-        ]
-        weights = [
-            _kernel_layout(p, bool(woven), gemv)
-            for p, woven, gemv in zip(parts, self.woven, on_gemv, strict=True)
-        ]
-        self.on_gemv = on_gemv
-        self.segments, self.weights = _segments(weights, [p.type for p in parts], on_gemv)
+        if not parts or len({p.cols for p in parts}) != 1 or len(routes) != len(parts):
+            raise ValueError("GgmlLinear needs parts with one common input width, a route each")
+        self.routes = list(routes)
+        self.woven = [int(r.woven) for r in routes]
+        self.on_gemv = [r.gemv for r in routes]
+        weights = [_kernel_layout(p, r) for p, r in zip(parts, routes, strict=True)]
+        self.segments, self.weights = _segments(weights, [p.type for p in parts], self.on_gemv)
         self.types = [p.type for p in parts]
         self.type_names = [p.type_name for p in parts]
         self.part_rows = [p.rows for p in parts]
@@ -76,10 +63,7 @@ class GgmlLinear(nn.Module):
         self.bias = None if bias is None else bias.detach().float().contiguous()
         self._op = torch.ops.astrai_ggml.linear.default
         # Per part, from how many rows the panel kernel takes it (0: never).
-        self.part_panel_rows = [
-            _panel_rows(p, woven, gemv, panel_rows or {})
-            for p, woven, gemv in zip(parts, self.woven, on_gemv, strict=True)
-        ]
+        self.part_panel_rows = [r.panel_from for r in routes]
         rows = [r for r in self.part_panel_rows if r]
         self.panel_from = min(rows) if rows else 0
 
@@ -144,19 +128,14 @@ class Segment(NamedTuple):
     weight: torch.Tensor
 
 
-# The types our gemv reads (csrc/kquant_gemv.h): Q4_K as ggml weaves it, Q6_K grouped
-# (csrc/kquant_q6k_grouped.h).
-GEMV_TYPES = {"Q4_K": True, "Q6_K": False}  # name → whether it must be woven
-
-
-def _kernel_layout(part: QuantTensor, woven: bool, on_gemv: bool) -> torch.Tensor:
+def _kernel_layout(part: QuantTensor, route: PartRoute) -> torch.Tensor:
     """The part's bytes as its kernel reads them: woven by ggml's repack, Q6_K grouped for
     our gemv (the same bytes rearranged, at every row count: Q6_K's panels have no tile-unit
     path, and their float32 products do a quarter of an 8-bit dot product's work per
     instruction), else as the file holds them."""
-    if woven:
+    if route.woven:
         return torch.ops.astrai_ggml.interleave(part.data, part.type, part.cols)
-    if on_gemv and part.type_name == "Q6_K":
+    if route.gemv and part.type_name == "Q6_K":
         return torch.ops.astrai.kquant_q6k_group(part.data)
     return part.data.contiguous()
 
@@ -181,17 +160,6 @@ def _segments(
             weights[first:i] = list(torch.split(weight, [w.shape[0] for w in run]))
         first = i
     return segments, weights
-
-
-def _panel_rows(part: QuantTensor, woven: int, on_gemv: bool, plan: Mapping[str, int]) -> int:
-    """Rows from which this part runs on the panel kernels: Q4_K only as ggml wove it, Q6_K
-    only where it is not grouped for our gemv (which takes it at every row count)."""
-    rows = plan.get(part.type_name, 0)
-    if part.rows % 8 or part.cols % 256 or (part.type_name == "Q4_K" and not woven):
-        return 0
-    if part.type_name == "Q6_K" and on_gemv:
-        return 0
-    return rows if part.type_name in ("Q4_K", "Q6_K") else 0
 
 
 class GgmlEmbedding(nn.Module):

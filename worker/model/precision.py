@@ -10,9 +10,9 @@ from safetensors import safe_open
 
 from worker.kernels.build import native_kernels_available
 from worker.kernels.ggml_build import ggml_kernels_available
+from worker.kernels.kernel_table import NATIVE_TYPES
 from worker.machine.cpu_info import has_native_bf16
 from worker.model.block_linear import pack_blocks
-from worker.model.gguf_model import NATIVE_TYPES
 from worker.model.gguf_tensors import read_gguf_header
 from worker.model.model_dir import gguf_source
 

@@ -7,6 +7,7 @@ import torch
 from gguf import GGMLQuantizationType as T
 
 from tests.worker.native import needs_ggml, needs_native_kernels
+from worker.kernels.kernel_table import KernelTable
 from worker.kernels.kquant_probe import gemv_available, gemv_types, kquant_kernels_available
 from worker.model.ggml_linear import (
     GgmlLinear,
@@ -36,6 +37,16 @@ def ggml():
 def part(kind: T, out: int, k: int, seed: int) -> QuantTensor:
     weight = torch.randn(out, k, generator=torch.Generator().manual_seed(seed))
     return QuantTensor(int(kind), kind.name, ggml().quantize(weight, int(kind)), out, k)
+
+
+def linear(
+    parts: list[QuantTensor],
+    bias: torch.Tensor | None,
+    panel_rows: dict[str, int] | None = None,
+    gemv: bool = True,
+) -> GgmlLinear:
+    """The layer as the loader builds it: each part routed by the kernel table."""
+    return GgmlLinear(parts, bias, KernelTable(panel_rows, gemv=gemv).parts(parts))
 
 
 def dequantized(p: QuantTensor) -> torch.Tensor:
@@ -72,7 +83,7 @@ def test_a_fused_layer_multiplies_each_run_of_one_type_as_one_weight():
         part(T.Q8_0, 8, 512, 4),
     ]
     bias = torch.randn(72)
-    layer = GgmlLinear(parts, bias)
+    layer = linear(parts, bias)
     assert [(s.parts, s.gemv) for s in layer.segments] == [
         ((0, 2), True),
         ((2, 3), True),
@@ -84,7 +95,7 @@ def test_a_fused_layer_multiplies_each_run_of_one_type_as_one_weight():
     assert layer.weights[0].data_ptr() == merged.data_ptr()
     assert layer.weights[1].data_ptr() == merged[32:].data_ptr()
 
-    without = GgmlLinear(parts, bias, gemv=False)
+    without = linear(parts, bias, gemv=False)
     assert [s.gemv for s in without.segments] == [False]
     reference = torch.cat([dequantized(p) for p in parts])
     for rows in (1, 3, 6):
@@ -97,7 +108,7 @@ def test_a_fused_layer_multiplies_each_run_of_one_type_as_one_weight():
 @needs_gemv
 def test_rows_past_the_panels_threshold_leave_the_gemv_for_the_panels_q6_k_never():
     parts = [part(T.Q4_K, 16, 256, 5), part(T.Q6_K, 8, 256, 6)]
-    layer = GgmlLinear(parts, None, {"Q4_K": 4, "Q6_K": 2})
+    layer = linear(parts, None, {"Q4_K": 4, "Q6_K": 2})
     assert layer.part_panel_rows == [4, 0]
     reference = torch.cat([dequantized(p) for p in parts])
     x = torch.randn(6, 256, generator=torch.Generator().manual_seed(0))
@@ -130,7 +141,7 @@ def test_grouping_keeps_every_byte_of_a_q6_k_block():
 def test_the_gemv_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("ASTRAI_KQUANT_GEMV", "0")
     assert not gemv_available()
-    layer = GgmlLinear([part(T.Q4_K, 8, 256, 7)], None)
+    layer = linear([part(T.Q4_K, 8, 256, 7)], None)
     assert [s.gemv for s in layer.segments] == [False]
 
 
@@ -149,7 +160,7 @@ def test_the_gemv_refuses_what_it_cannot_read():
 @needs_gemv
 def test_a_tied_embedding_reads_the_grouped_head_as_ggml_reads_the_file():
     p = part(T.Q6_K, 40, 512, 10)
-    head = GgmlLinear([p], None)
+    head = linear([p], None)
     assert grouped_q6k_head(head)
     embedding = GroupedQ6KEmbedding(head)
     ids = torch.tensor([[3, 39, 0], [7, 7, 12]])
@@ -157,4 +168,4 @@ def test_a_tied_embedding_reads_the_grouped_head_as_ggml_reads_the_file():
     assert torch.equal(embedding(ids), expected)
     with pytest.raises(RuntimeError, match="out of range"):
         embedding(torch.tensor([40]))
-    assert not grouped_q6k_head(GgmlLinear([p], None, gemv=False))
+    assert not grouped_q6k_head(linear([p], None, gemv=False))

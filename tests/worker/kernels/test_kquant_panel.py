@@ -7,6 +7,7 @@ import torch
 from gguf import GGMLQuantizationType as T
 
 from tests.worker.native import needs_ggml, needs_native_kernels
+from worker.kernels.kernel_table import KernelTable
 from worker.kernels.kquant_probe import (
     gemv_available,
     kquant_kernels_available,
@@ -70,9 +71,10 @@ def _part(kind: T, out: int, k: int, seed: int) -> QuantTensor:
 def test_a_fused_layer_takes_the_panel_kernels_from_the_planned_rows_only():
     parts = [_part(T.Q4_K, 32, 512, 1), _part(T.Q6_K, 16, 512, 2), _part(T.Q8_0, 8, 512, 3)]
     bias = torch.randn(56)
-    # Without our gemv (an AVX2-only CPU): fewer rows on ggml's kernels.
-    plain = GgmlLinear(parts, bias, gemv=False)
-    paneled = GgmlLinear(parts, bias, {"Q4_K": 8, "Q6_K": 16}, gemv=False)
+    # Without our gemv (ASTRAI_KQUANT_GEMV=0): fewer rows on ggml's kernels.
+    plain = GgmlLinear(parts, bias, KernelTable(gemv=False).parts(parts))
+    paneled_routes = KernelTable({"Q4_K": 8, "Q6_K": 16}, gemv=False).parts(parts)
+    paneled = GgmlLinear(parts, bias, paneled_routes)
     assert paneled.part_panel_rows == [8, 16, 0] and plain.panel_from == 0
 
     for rows in (4, 8, 20):

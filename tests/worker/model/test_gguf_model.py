@@ -183,7 +183,7 @@ def test_a_tied_5_bit_table_is_held_once_as_the_files_blocks(tmp_path, monkeypat
     assert f"native {kind} kernel, 8-bit activations" in model.weight_paths
     ids = torch.tensor(random_tokens(32, seed=9))
     torch.testing.assert_close(embedding(ids), reference.embed_tokens(ids), atol=0, rtol=0)
-    monkeypatch.setattr("worker.model.gguf_model.int8_block_kernels_available", lambda: False)
+    monkeypatch.setattr("worker.kernels.kernel_table.int8_block_kernels_available", lambda: False)
     theirs = load_model(folder, torch.float32, CPU, quantization="gguf", int8_activations=True)
     a, b = sequence_logits(model, ids.tolist()), sequence_logits(theirs, ids.tolist())
     assert (a - b).abs().max() <= 2e-3 * b.abs().max()  # ggml's arithmetic, summation order
@@ -270,7 +270,7 @@ def test_precision_file_computes_our_records_as_ggml_computes_the_file(tmp_path,
     layer = ours.layers[0].self_attn.qkv_proj
     assert isinstance(layer, BlockLinear) and layer.int8
     # Where our block kernels lack 8-bit activations, ggml's kernels take those types.
-    monkeypatch.setattr("worker.model.gguf_model.int8_block_kernels_available", lambda: False)
+    monkeypatch.setattr("worker.kernels.kernel_table.int8_block_kernels_available", lambda: False)
     theirs = load_model(folder, torch.float32, CPU, quantization="gguf", int8_activations=True)
     assert isinstance(theirs.layers[0].self_attn.qkv_proj, GgmlLinear)
     exact = load_model(folder, torch.float32, CPU, quantization="gguf")
