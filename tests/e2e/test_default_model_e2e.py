@@ -77,3 +77,4 @@ def test_stats_say_which_kernels_the_worker_runs(server: Server):
     assert (
         "weights by type: " in kernels and "Q4_1 x" in kernels and "native Q4_1 kernel" in kernels
     )
+    assert kernels.endswith("; decode steps: every layer in one native call")

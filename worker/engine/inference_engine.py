@@ -118,6 +118,8 @@ class InferenceEngine(GenerationAPI, EmbeddingAPI, RerankAPI):
         self.kernels = choices.describe()
         if self.model.weight_paths:
             self.kernels += f"; weights by type: {self.model.weight_paths}"
+        decode = "a torch.compile graph" if opts.compile else self.model.decode_path
+        self.kernels += f"; decode steps: {decode}"
         log.info("%s", self.kernels)
         context = min(config.max_position_embeddings, opts.max_model_len or 1 << 62)
         kv_dtype = self.dtype if opts.kv_cache_dtype == "auto" else KV_DTYPES[opts.kv_cache_dtype]

@@ -234,6 +234,15 @@ class LlamaModel(nn.Module):
         self.stacked_layers = native_decode.stack_layers(self) if self.native_decode else None
         self.fused_blocks = self.native_decode and native_decode.all_q4_1_blocks(self)
 
+    @property
+    def decode_path(self) -> str:
+        """How a decode step runs its layers here, as install_head decided (the startup line)."""
+        if self.stacked_layers is not None:
+            return "every layer in one native call"
+        if self.native_decode:
+            return "native kernels, five calls per layer"
+        return "torch operators per layer"
+
     def _logits(self, x: torch.Tensor) -> torch.Tensor:  # (S, hidden) float32
         logits = self._head_logits(x)
         cap = self.config.final_softcap

@@ -47,6 +47,10 @@ def test_decode_steps_equal_the_reference_forward(arch: str, quantization: str |
     assert (model.stacked_layers is not None) == (blocks and not model.config.qk_norm)
     if quantization == "q4_1 per layer":
         model.stacked_layers = None
+    stacked = model.stacked_layers is not None
+    assert model.decode_path == (
+        "every layer in one native call" if stacked else "native kernels, five calls per layer"
+    )
     seqs = [random_tokens(n, seed=40 + n) for n in (5, 11, 2)]
     cache = new_cache(model.config, len(seqs))
     run(model, cache, *prefill_batch(model.config, [Chunk(s, t) for s, t in enumerate(seqs)]))
@@ -74,6 +78,7 @@ def test_gemma_layers_take_the_reference_forward(arch: str, quantization: str | 
     assert not model.native_decode
     assert not model.fused_blocks
     assert model.stacked_layers is None
+    assert model.decode_path == "torch operators per layer"  # the startup line says so
 
 
 def test_prefill_and_half_precision_caches_take_the_reference_path(tmp_path):
