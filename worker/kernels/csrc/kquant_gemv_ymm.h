@@ -4,8 +4,8 @@
 // 16-bit words; four of them, 8 products of at most 15 x 127 each, still fit a word) and the
 // sub-block scale is vpmaddwd. A woven 64-byte run is 8 columns x 8 code bytes; a ymm holds
 // half of it, so each run is taken as columns 0-3 and 4-7, whose per-column sums meet in one
-// vphaddd per row and super-block. The sub-block scales are decoded with 32-bit integer
-// operations, four columns a word.
+// vphaddd per row and super-block. The sub-block scales and minimums are decoded in vectors:
+// three dword gathers, then one byte shuffle per vector the dot products take.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +45,7 @@ inline void quantize_row_q8(const float* x, int64_t k, int8_t* codes, float* sca
       __m256i q[4];
       for (int j = 0; j < 4; ++j)
         q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(in + i + 8 * j), inverse));
-      // packs work within 128-bit lanes: dwords 0 4 1 5 2 6 3 7 of the result are in order.
+      // packs work within 128-bit lanes: the result's dwords taken 0 4 1 5 2 6 3 7 are in order.
       const __m256i words = _mm256_packs_epi32(q[0], q[1]), words2 = _mm256_packs_epi32(q[2], q[3]);
       const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(words, words2), order);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + s * kSuperBlock + i), bytes);
