@@ -195,7 +195,8 @@ def main() -> None:
     parser.add_argument(
         "--files",
         default="Q4_1,Q4_K_M,Q8_0,1B",
-        help="Q4_1: the default file; 1B; any other llama-quantize type: the default model in it",
+        help="Q4_1: the default file; 1B (Q4_K_M) or 1B:TYPE (another llama-quantize type): the "
+        "1 B-class Llama; any other llama-quantize type: the default model in it",
     )
     parser.add_argument("--w1", default="1,8,32", help="W1 streams for the 1 B file")
     args = parser.parse_args()
@@ -207,8 +208,12 @@ def main() -> None:
     bandwidth = read_bandwidth_gb_s()
     results = []
     for name in args.files.split(","):
-        streams = tuple(int(c) for c in args.w1.split(",")) if name == "1B" else ()
-        model = files[name]() if name in files else default_requantized(quantize, name)
+        one_b_kind = name.partition(":")[2] if name.startswith("1B:") else ""
+        streams = tuple(int(c) for c in args.w1.split(",")) if name.startswith("1B") else ()
+        if one_b_kind:
+            model = one_b(quantize, one_b_kind)
+        else:
+            model = files[name]() if name in files else default_requantized(quantize, name)
         results.append(measure_file(Path(binary), model, args.rounds, streams))
         print(json.dumps(results[-1]["points"], indent=1), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
