@@ -16,13 +16,6 @@
 #if defined(__AVX2__)
 namespace astrai {
 
-inline int32_t sum_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(s);
-}
-
 // Row x[0 .. k) → codes, scales, sums as kquant_rows.h lays them out: codes = round(x / s),
 // s = max |x| / 127 per 256 inputs.
 inline void quantize_row_q8(const float* x, int64_t k, int8_t* codes, float* scales, int32_t* sums,
@@ -34,10 +27,7 @@ inline void quantize_row_q8(const float* x, int64_t k, int8_t* codes, float* sca
     __m256 amax = _mm256_setzero_ps();
     for (int64_t i = 0; i < kSuperBlock; i += 8)
       amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(in + i)));
-    __m128 top4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    top4 = _mm_max_ps(top4, _mm_movehl_ps(top4, top4));
-    top4 = _mm_max_ss(top4, _mm_movehdup_ps(top4));
-    const float top = _mm_cvtss_f32(top4);
+    const float top = hmax(amax);
     scales[s] = top / 127.0f;
     const __m256 inverse = _mm256_set1_ps(top > 0 ? 127.0f / top : 0.0f);
     int32_t* block_sums = sums + s * (kSuperBlock / 16);
@@ -49,8 +39,8 @@ inline void quantize_row_q8(const float* x, int64_t k, int8_t* codes, float* sca
       const __m256i words = _mm256_packs_epi32(q[0], q[1]), words2 = _mm256_packs_epi32(q[2], q[3]);
       const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(words, words2), order);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + s * kSuperBlock + i), bytes);
-      block_sums[i / 16] = sum_epi32(_mm256_add_epi32(q[0], q[1]));
-      block_sums[i / 16 + 1] = sum_epi32(_mm256_add_epi32(q[2], q[3]));
+      block_sums[i / 16] = hsum_epi32(_mm256_add_epi32(q[0], q[1]));
+      block_sums[i / 16 + 1] = hsum_epi32(_mm256_add_epi32(q[2], q[3]));
     }
     for (int p = 0; p < 4; ++p) {
       const int32_t even = block_sums[4 * p] + block_sums[4 * p + 1];
