@@ -79,6 +79,11 @@ def _kquant_q6k_group(weight: torch.Tensor) -> torch.Tensor:
     return weight.new_empty(weight.shape)
 
 
+@torch.library.register_fake("astrai::kquant_q5k_weave")
+def _kquant_q5k_weave(weight: torch.Tensor) -> torch.Tensor:
+    return weight.new_empty(weight.shape)
+
+
 @torch.library.register_fake("astrai::kquant_q6k_grouped_rows")
 def _kquant_q6k_grouped_rows(
     weight: torch.Tensor, ids: torch.Tensor, in_features: int

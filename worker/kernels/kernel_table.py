@@ -27,9 +27,10 @@ from worker.kernels.kquant_probe import gemv_isa, gemv_types
 # activations only (worker/kernels/csrc/q5_kernel.h).
 NATIVE_TYPES = {"Q4_1": "q4_1", "Q8_0": "q8_0"}
 FIVE_BIT_TYPES = {"Q5_0": "q5_0", "Q5_1": "q5_1"}
-# The types our gemv reads (csrc/kquant_gemv.h): Q4_K as ggml weaves it, Q6_K grouped at load
-# (csrc/kquant_q6k_grouped.h); name → whether it must be woven.
-GEMV_TYPES = {"Q4_K": True, "Q6_K": False}
+# The types our gemv reads (csrc/kquant_gemv.h) and how: Q4_K as ggml weaves it ("ggml"),
+# Q5_K woven likewise at load by us ("ours", csrc/kquant_q5k_woven.h: rows in eights), Q6_K
+# grouped at load (csrc/kquant_q6k_grouped.h, any rows).
+GEMV_TYPES = {"Q4_K": "ggml", "Q5_K": "ours", "Q6_K": "grouped"}
 KQUANT_PANEL_TYPES = ("Q4_K", "Q6_K")  # the panel kernels' (csrc/kquant_matmul.cpp)
 
 
@@ -66,8 +67,8 @@ class LayerRoute:
 class PartRoute:
     """How one weight of a ggml-kernel layer is multiplied: woven by ggml's repack (its
     interleaved kernels; our gemv and panels read those bytes), rows below `panel_from` on our
-    8-bit gemv where `gemv` (else ggml's kernel), from `panel_from` rows on our panel kernels
-    (0: never)."""
+    8-bit gemv where `gemv` (else ggml's kernel; Q5_K and Q6_K rearranged for it at load),
+    from `panel_from` rows on our panel kernels (0: never)."""
 
     woven: bool
     gemv: bool
@@ -114,7 +115,14 @@ class KernelTable:
         for weight in weights:
             woven = bool(torch.ops.astrai_ggml.can_interleave(weight.type, weight.rows))
             name = weight.type_name
-            gemv = name in self.gemv_types and (woven or not GEMV_TYPES[name])
+            gemv = (
+                name in self.gemv_types
+                and {
+                    "ggml": woven,
+                    "ours": weight.rows % 8 == 0,
+                    "grouped": True,
+                }[GEMV_TYPES[name]]
+            )
             routes.append(PartRoute(woven, gemv, self._panel_from(weight, woven, gemv)))
         return routes
 

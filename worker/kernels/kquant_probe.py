@@ -20,8 +20,9 @@ from worker.kernels.build import native_kernels_available
 from worker.kernels.ggml_build import ggml_kernels_available
 from worker.kernels.timing import best_ms, run_each
 
-# ggml type ids of the K-quants the panel kernels read.
+# ggml type ids of the K-quants the panel kernels read, and of those our gemv reads.
 KQUANT_TYPES = {"Q4_K": 12, "Q6_K": 14}
+GEMV_TYPE_IDS = {"Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
 CANDIDATE_ROWS = (8, 16, 32, 64)
 _SHAPE = (512, 2048)  # (out, in): a projection of a 1 B-class model, whole super-blocks
 _WEIGHTS = 6  # distinct weights timed in turn (~3.5 MB of Q4_K), so that they stream
@@ -36,12 +37,12 @@ def kquant_kernels_available() -> bool:
 
 def gemv_types() -> frozenset[str]:
     """The K-quant types whose rows below the panels' take our 8-bit gemv
-    (csrc/kquant_gemv.h) rather than ggml's kernels: Q4_K and Q6_K from AVX2 on (the build
-    says which); none where ASTRAI_KQUANT_GEMV=0."""
+    (csrc/kquant_gemv.h) rather than ggml's kernels: Q4_K, Q5_K and Q6_K from AVX2 on (the
+    build says which); none where ASTRAI_KQUANT_GEMV=0."""
     if os.environ.get("ASTRAI_KQUANT_GEMV", "1") == "0" or not kquant_kernels_available():
         return frozenset()
     available = torch.ops.astrai.kquant_gemv_available
-    return frozenset(name for name, kind in KQUANT_TYPES.items() if available(kind))
+    return frozenset(name for name, kind in GEMV_TYPE_IDS.items() if available(kind))
 
 
 def gemv_available(type_name: str = "Q4_K") -> bool:

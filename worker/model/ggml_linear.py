@@ -38,10 +38,10 @@ class GgmlLinear(nn.Module):
 
     `routes` (worker/kernels/kernel_table.py decides them, one per part): a part woven so is
     woven once here; a part on our gemv (csrc/kquant_gemv.h: ggml's arithmetic, the weights
-    streamed ahead of it) takes its rows below its `panel_from` there, Q6_K grouped once here
-    for it (csrc/kquant_q6k_grouped.h), side by side with the layer's other gemv parts of its
-    type as one weight; from `panel_from` rows on, our panel kernels
-    (csrc/kquant_matmul.cpp), reading the same bytes.
+    streamed ahead of it) takes its rows below its `panel_from` there (Q6_K grouped once here
+    for it, csrc/kquant_q6k_grouped.h; Q5_K woven, csrc/kquant_q5k_woven.h), side by side with
+    the layer's other gemv parts of its type as one weight; from `panel_from` rows on, our
+    panel kernels (csrc/kquant_matmul.cpp), reading the same bytes.
     """
 
     def __init__(
@@ -129,14 +129,16 @@ class Segment(NamedTuple):
 
 
 def _kernel_layout(part: QuantTensor, route: PartRoute) -> torch.Tensor:
-    """The part's bytes as its kernel reads them: woven by ggml's repack, Q6_K grouped for
-    our gemv (the same bytes rearranged, at every row count: Q6_K's panels have no tile-unit
-    path, and their float32 products do a quarter of an 8-bit dot product's work per
-    instruction), else as the file holds them."""
+    """The part's bytes as its kernel reads them: woven by ggml's repack, Q6_K grouped and
+    Q5_K woven for our gemv (the same bits rearranged, at every row count: Q6_K's panels have
+    no tile-unit path, and their float32 products do a quarter of an 8-bit dot product's
+    work per instruction; Q5_K has no panels), else as the file holds them."""
     if route.woven:
         return torch.ops.astrai_ggml.interleave(part.data, part.type, part.cols)
     if route.gemv and part.type_name == "Q6_K":
         return torch.ops.astrai.kquant_q6k_group(part.data)
+    if route.gemv and part.type_name == "Q5_K":
+        return torch.ops.astrai.kquant_q5k_weave(part.data)
     return part.data.contiguous()
 
 

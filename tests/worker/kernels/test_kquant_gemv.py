@@ -1,4 +1,4 @@
-"""The few-row K-quant gemv: ggml's 8-bit arithmetic on the same bytes, fused parts as one."""
+"""The K-quant gemv: ggml's 8-bit arithmetic on the same bits, fused parts as one."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from worker.model.ggml_linear import (
 
 pytestmark = [needs_native_kernels, needs_ggml]
 needs_gemv = pytest.mark.skipif(
-    not (kquant_kernels_available() and gemv_types() == {"Q4_K", "Q6_K"}),
+    not (kquant_kernels_available() and gemv_types() == {"Q4_K", "Q5_K", "Q6_K"}),
     reason="the gemv is built for CPUs with AVX2 or wider",
 )
 
@@ -27,7 +27,15 @@ needs_gemv = pytest.mark.skipif(
 # go four at a time from four rows on, a count that leaves two).
 ROWS = [1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 19]
 SHAPES = [(8, 256), (48, 512), (64, 2048), (24, 768)]
-CASES = [(kind, shape) for kind in (T.Q4_K, T.Q6_K) for shape in SHAPES] + [(T.Q6_K, (10, 512))]
+CASES = [(kind, shape) for kind in (T.Q4_K, T.Q5_K, T.Q6_K) for shape in SHAPES]
+CASES += [(T.Q6_K, (10, 512))]
+# How our gemv reads each type's bytes: woven by ggml (as ggml's own kernels read them too),
+# woven or grouped by us.
+OUR_LAYOUT = {
+    T.Q4_K: lambda p: ggml().interleave(p.data, p.type, p.cols),
+    T.Q5_K: lambda p: torch.ops.astrai.kquant_q5k_weave(p.data),
+    T.Q6_K: lambda p: torch.ops.astrai.kquant_q6k_group(p.data),
+}
 
 
 def ggml():
@@ -60,7 +68,7 @@ def test_the_gemv_computes_what_ggml_computes_on_the_same_bytes(kind, shape):
     p = part(kind, out, k, seed=out + k)
     woven = int(kind == T.Q4_K)
     weight = ggml().interleave(p.data, p.type, k) if woven else p.data
-    ours_bytes = weight if woven else torch.ops.astrai.kquant_q6k_group(p.data)
+    ours_bytes = OUR_LAYOUT[kind](p)
     exact = dequantized(p)
     for rows in ROWS:
         x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
@@ -138,6 +146,34 @@ def test_grouping_keeps_every_byte_of_a_q6_k_block():
         torch.ops.astrai.kquant_q6k_group(p.data[:, :100])
 
 
+@needs_gemv
+def test_weaving_keeps_every_bit_of_a_q5_k_block_and_takes_rows_in_eights():
+    p = part(T.Q5_K, 16, 512, 11)
+    woven = torch.ops.astrai.kquant_q5k_weave(p.data)
+    assert woven.shape == p.data.shape and not torch.equal(woven, p.data)
+    # Per group of eight rows and super-block: d and dmin as they lie, the 6-bit scales and
+    # minimums repacked, the codes' four low bits and fifth bits moved.
+    for group in range(2):
+        rows = p.data[8 * group : 8 * group + 8].reshape(8, 2, 176)
+        supers = woven[8 * group : 8 * group + 8].reshape(2, 1408)
+        for s in range(2):
+            block, out = rows[:, s], supers[s]
+            assert torch.equal(block[:, :2].flatten(), out[:16])
+            assert torch.equal(block[:, 2:4].flatten(), out[16:32])
+            assert _ones(block[:, 4:16]) == _ones(out[32:128])
+            assert _ones(block[:, 16:48]) == _ones(out[1152:])
+            assert _ones(block[:, 48:]) == _ones(out[128:1152])
+    layer = linear([p, part(T.Q5_K, 12, 512, 12)], None)
+    # Rows not in eights cannot be woven: that part stays on ggml's kernel.
+    assert [r.gemv for r in layer.routes] == [True, False]
+    reference = torch.cat([dequantized(q) for q in (p, part(T.Q5_K, 12, 512, 12))])
+    x = torch.randn(3, 512, generator=torch.Generator().manual_seed(3))
+    out = layer(x)
+    assert (out - x @ reference.T).abs().max() <= 3e-2 * out.abs().max()
+    with pytest.raises(RuntimeError, match="multiple of 8"):
+        torch.ops.astrai.kquant_q5k_weave(p.data[:12])
+
+
 def test_the_gemv_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("ASTRAI_KQUANT_GEMV", "0")
     assert not gemv_available()
@@ -149,7 +185,7 @@ def test_the_gemv_can_be_turned_off(monkeypatch):
 def test_the_gemv_refuses_what_it_cannot_read():
     q6k = part(T.Q6_K, 8, 256, 8)
     x = torch.randn(2, 256)
-    with pytest.raises(RuntimeError, match=r"Q4_K .* or Q6_K"):
+    with pytest.raises(RuntimeError, match=r"Q4_K .*, Q5_K .* or Q6_K"):
         torch.ops.astrai.kquant_gemv(x, q6k.data, int(T.Q8_0), 8)
     with pytest.raises(RuntimeError, match="do not hold"):
         torch.ops.astrai.kquant_gemv(torch.randn(2, 512), q6k.data, int(T.Q6_K), 8)

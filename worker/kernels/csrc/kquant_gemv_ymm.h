@@ -1,9 +1,10 @@
-// The 8-bit Q4_K gemv on AVX2 (ymm, no VNNI): kquant_gemv.h says why and what it computes.
+// The 8-bit gemv of woven Q4_K and Q5_K on AVX2 (ymm, no VNNI): kquant_gemv.h says why and
+// what it computes.
 //
-// Without vpdpbusd a 4-bit code times an 8-bit activation is vpmaddubsw (pairs of products in
-// 16-bit words; four of them, 8 products of at most 15 x 127 each, still fit a word) and the
-// sub-block scale is vpmaddwd. A woven 64-byte run is 8 columns x 8 code bytes; a ymm holds
-// half of it, so each run is taken as columns 0-3 and 4-7, whose per-column sums meet in one
+// Without vpdpbusd a 4- or 5-bit code times an 8-bit activation is vpmaddubsw (pairs of
+// products in 16-bit words; four of them, 8 products of at most 31 x 127 each, still fit a
+// word) and the sub-block scale is vpmaddwd. A woven 64-byte run is 8 columns x 8 code bytes; a ymm
+// holds half of it, so each run is taken as columns 0-3 and 4-7, whose per-column sums meet in one
 // vphaddd per row and super-block. The sub-block scales and minimums are decoded in vectors:
 // three dword gathers, then one byte shuffle per vector the dot products take.
 #pragma once
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kquant_q5k_woven.h"
 #include "kquant_rows.h"
 
 #if defined(__AVX2__)
@@ -122,60 +124,83 @@ struct Q4KScalesYmm {
   }
 };
 
-// A woven super-block's 4-bit codes for the dot products: nibbles(q, j, half, &low, &high) are
-// run j of sub-block pair q, columns 4 half .. + 3, as bytes (low: sub-block 2q, high: 2q + 1).
-// One row unpacks them as it goes; several unpack them once into L1 (UnpackedCodes) and each
-// row reads them there, which saves three of every seven vector operations per row.
+// Bit `kBit` of each byte of `plane` at bit 4, the rest 0: one 16-bit shift by at most 4
+// moves no bit across a byte's bit 4 from its neighbour.
+template <int kBit>
+inline __m256i fifth_bit(__m256i plane) {
+  __m256i at = plane;
+  if constexpr (kBit < 4) at = _mm256_slli_epi16(plane, 4 - kBit);
+  if constexpr (kBit > 4) at = _mm256_srli_epi16(plane, kBit - 4);
+  return _mm256_and_si256(at, _mm256_set1_epi8(0x10));
+}
+
+// A woven super-block's codes for the dot products: get<J>(q, half, &low, &high) are run J of
+// sub-block pair q, columns 4 half .. + 3, as bytes (low: sub-block 2q, high: 2q + 1), each
+// with its fifth bit where kFive (Q5_K, kquant_q5k_woven.h). One row unpacks them as it goes;
+// several unpack them once into L1 (UnpackedCodes) and each row reads them there, which saves
+// three of every seven vector operations per row (Q4_K; more for Q5_K).
+template <bool kFive>
 struct PackedCodes {
   const uint8_t* super;
 
-  void operator()(int q, int j, int half, __m256i* low, __m256i* high) const {
+  template <int J>
+  void get(int q, int half, __m256i* low, __m256i* high) const {
     const __m256i nibble = _mm256_set1_epi8(0x0F);
     const __m256i run = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(super + 128 + 256 * q + 64 * j + 32 * half));
+        reinterpret_cast<const __m256i*>(super + 128 + 256 * q + 64 * J + 32 * half));
     *low = _mm256_and_si256(run, nibble);
     *high = _mm256_and_si256(_mm256_srli_epi16(run, 4), nibble);
+    if constexpr (kFive) {
+      const __m256i plane = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(super + kQ5KFifthBits + 64 * q + 32 * half));
+      *low = _mm256_or_si256(*low, fifth_bit<2 * J>(plane));
+      *high = _mm256_or_si256(*high, fifth_bit<2 * J + 1>(plane));
+    }
   }
 };
 
+template <bool kFive>
 struct UnpackedCodes {
   __m256i codes[4][4][2][2];  // [q][j][half][low, high]
 
   explicit UnpackedCodes(const uint8_t* super) {
-    const PackedCodes packed{super};
+    const PackedCodes<kFive> packed{super};
     for (int q = 0; q < 4; ++q)
-      for (int j = 0; j < 4; ++j)
+      for_each_index<4>([&]<int J>() {
         for (int half = 0; half < 2; ++half)
-          packed(q, j, half, &codes[q][j][half][0], &codes[q][j][half][1]);
+          packed.template get<J>(q, half, &codes[q][J][half][0], &codes[q][J][half][1]);
+      });
   }
 
-  void operator()(int q, int j, int half, __m256i* low, __m256i* high) const {
-    *low = codes[q][j][half][0];
-    *high = codes[q][j][half][1];
+  template <int J>
+  void get(int q, int half, __m256i* low, __m256i* high) const {
+    *low = codes[q][J][half][0];
+    *high = codes[q][J][half][1];
   }
 };
 
 // Row `codes` (a super-block's 256 activations) against one woven super-block's `nibbles`:
-// column c's Σ scale × code × activation in dword c.
-template <typename Nibbles>
-inline __m256i q4_k_super_dot(const Nibbles& nibbles, const Q4KScalesYmm& scales,
-                              const int8_t* codes) {
+// column c's Σ scale × code × activation in dword c. Four of vpmaddubsw's pair sums share a
+// word: 8 products of at most 31 x 127 (a 5-bit code) fit.
+template <typename Codes>
+inline __m256i woven_super_dot(const Codes& nibbles, const Q4KScalesYmm& scales,
+                               const int8_t* codes) {
   __m256i total[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
   for (int q = 0; q < 4; ++q) {  // sub-blocks 2q (low nibbles) and 2q + 1 (high)
     __m256i low[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     __m256i high[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int j = 0; j < 4; ++j) {
+    for_each_index<4>([&]<int J>() {
       int64_t lo, hi;
-      std::memcpy(&lo, codes + 64 * q + 8 * j, 8);
-      std::memcpy(&hi, codes + 64 * q + 32 + 8 * j, 8);
+      std::memcpy(&lo, codes + 64 * q + 8 * J, 8);
+      std::memcpy(&hi, codes + 64 * q + 32 + 8 * J, 8);
       const __m256i x_lo = _mm256_set1_epi64x(lo), x_hi = _mm256_set1_epi64x(hi);
       for (int half = 0; half < 2; ++half) {
         __m256i w_lo, w_hi;
-        nibbles(q, j, half, &w_lo, &w_hi);
+        nibbles.template get<J>(q, half, &w_lo, &w_hi);
         low[half] = _mm256_add_epi16(low[half], _mm256_maddubs_epi16(w_lo, x_lo));
         high[half] = _mm256_add_epi16(high[half], _mm256_maddubs_epi16(w_hi, x_hi));
       }
-    }
+    });
     for (int half = 0; half < 2; ++half) {
       total[half] =
           _mm256_add_epi32(total[half], _mm256_madd_epi16(low[half], scales.scale[half][2 * q]));
@@ -189,14 +214,14 @@ inline __m256i q4_k_super_dot(const Nibbles& nibbles, const Q4KScalesYmm& scales
 }
 
 // dot[r] += rows r < kRows of `x` against super-block s of a woven group, for its 8 columns.
-template <int kRows, typename Nibbles>
-inline void q4_k_super_rows(const uint8_t* super, const Nibbles& nibbles, const QuantizedRows& x,
-                            int64_t first_row, int64_t s, __m256* dot) {
+template <int kRows, typename Codes>
+inline void woven_super_rows(const uint8_t* super, const Codes& nibbles, const QuantizedRows& x,
+                             int64_t first_row, int64_t s, __m256* dot) {
   const Q4KScalesYmm scales(super);
   const __m256 d = load_halves(super), dmin = load_halves(super + 16);
   for (int r = 0; r < kRows; ++r) {
     const int64_t row = first_row + r;
-    const __m256i sum = q4_k_super_dot(nibbles, scales, x.row_codes(row) + s * kSuperBlock);
+    const __m256i sum = woven_super_dot(nibbles, scales, x.row_codes(row) + s * kSuperBlock);
     const __m256 xs = _mm256_set1_ps(x.scale(row, s));
     dot[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, xs), dot[r]);
     // Less Σ over sub-blocks of minimum × the activations' sum (two sub-blocks a word pair).
@@ -208,21 +233,24 @@ inline void q4_k_super_rows(const uint8_t* super, const Nibbles& nibbles, const 
   }
 }
 
-// out[r][c] for rows r < kRows of `x` and the 8 columns of woven group `group`.
-template <int kRows>
-inline void q4_k_gemv_group(const uint8_t* weights, int64_t supers, int64_t group,
-                            const QuantizedRows& x, int64_t first_row, float* out, int64_t n) {
+// out[r][c] for rows r < kRows of `x` and the 8 columns of woven group `group` (Q5_K where
+// kFive, else Q4_K).
+template <int kRows, bool kFive>
+inline void woven_gemv_group(const uint8_t* weights, int64_t supers, int64_t group,
+                             const QuantizedRows& x, int64_t first_row, float* out, int64_t n) {
+  constexpr int64_t kBytes = kFive ? kQ5KWovenBytes : kQ4KWovenBytes;
   __m256 dot[kRows];
   for (int r = 0; r < kRows; ++r) dot[r] = _mm256_setzero_ps();
-  const uint8_t* group_bytes = weights + group * supers * kQ4KWovenBytes;
+  const uint8_t* group_bytes = weights + group * supers * kBytes;
   for (int64_t s = 0; s < supers; ++s) {
-    const uint8_t* super = group_bytes + s * kQ4KWovenBytes;
-    for (int64_t line = 0; line < kQ4KWovenBytes; line += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(super + kPrefetchAhead + line), _MM_HINT_T1);
+    const uint8_t* super = group_bytes + s * kBytes;
+    for (int64_t line = 0; line < kBytes; line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(super + kPrefetchSupers * kBytes + line),
+                   _MM_HINT_T1);
     if constexpr (kRows == 1) {
-      q4_k_super_rows<kRows>(super, PackedCodes{super}, x, first_row, s, dot);
+      woven_super_rows<kRows>(super, PackedCodes<kFive>{super}, x, first_row, s, dot);
     } else {
-      q4_k_super_rows<kRows>(super, UnpackedCodes(super), x, first_row, s, dot);
+      woven_super_rows<kRows>(super, UnpackedCodes<kFive>(super), x, first_row, s, dot);
     }
   }
   for (int r = 0; r < kRows; ++r) _mm256_storeu_ps(out + (first_row + r) * n + 8 * group, dot[r]);

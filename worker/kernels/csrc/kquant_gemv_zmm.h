@@ -1,9 +1,11 @@
-// The 8-bit Q4_K gemv on AVX-512 VNNI (zmm): kquant_gemv.h says why and what it computes.
+// The 8-bit gemv of woven Q4_K and Q5_K on AVX-512 VNNI (zmm): kquant_gemv.h says why and what
+// it computes.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#include "kquant_q5k_woven.h"
 #include "kquant_rows.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -101,42 +103,65 @@ inline __m512 halves_twice(const uint8_t* p) {
                                once);
 }
 
-// out[r][c] for rows r < kRows of `x` and the 8 columns of woven group `group`.
-template <int kRows>
-inline void q4_k_gemv_group(const uint8_t* weights, int64_t supers, int64_t group,
-                            const QuantizedRows& x, int64_t first_row, float* out, int64_t n) {
+// Bit `kBit` of each byte of `plane` at bit 4, or'd into `codes` (a byte's low four bits).
+template <int kBit>
+inline __m512i with_fifth_bit(__m512i codes, __m512i plane) {
+  __m512i at = plane;
+  if constexpr (kBit < 4) at = _mm512_slli_epi16(plane, 4 - kBit);
+  if constexpr (kBit > 4) at = _mm512_srli_epi16(plane, kBit - 4);
+  // codes | (at & 0x10): no bit crosses a byte's bit 4 in a 16-bit shift by at most 4.
+  return _mm512_ternarylogic_epi32(codes, at, _mm512_set1_epi8(0x10), 0xF8);
+}
+
+// out[r][c] for rows r < kRows of `x` and the 8 columns of woven group `group` (Q5_K where
+// kFive, kquant_q5k_woven.h; else Q4_K).
+template <int kRows, bool kFive>
+inline void woven_gemv_group(const uint8_t* weights, int64_t supers, int64_t group,
+                             const QuantizedRows& x, int64_t first_row, float* out, int64_t n) {
+  constexpr int64_t kBytes = kFive ? kQ5KWovenBytes : kQ4KWovenBytes;
+  // Runs whose dot products share a lane before the scales: 16 products of a 4-bit code and
+  // an 8-bit activation fit a 16-bit word, of a 5-bit one 8.
+  constexpr int kRunsPerWord = kFive ? 2 : 4;
   __m512 dot[kRows];
   for (int r = 0; r < kRows; ++r) dot[r] = _mm512_setzero_ps();
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  const uint8_t* group_bytes = weights + group * supers * kQ4KWovenBytes;
+  const uint8_t* group_bytes = weights + group * supers * kBytes;
   for (int64_t s = 0; s < supers; ++s) {
-    const uint8_t* super = group_bytes + s * kQ4KWovenBytes;
-    for (int64_t line = 0; line < kQ4KWovenBytes; line += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(super + kPrefetchAhead + line), _MM_HINT_T1);
+    const uint8_t* super = group_bytes + s * kBytes;
+    for (int64_t line = 0; line < kBytes; line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(super + kPrefetchSupers * kBytes + line),
+                   _MM_HINT_T1);
     const Q4KScales scales(super);
     __m512i sum[kRows];
     for (int r = 0; r < kRows; ++r) sum[r] = _mm512_setzero_si512();
     for (int64_t q = 0; q < 4; ++q) {  // sub-blocks 2q (low nibbles) and 2q + 1 (high)
       __m512i low[4], high[4];
-      for (int j = 0; j < 4; ++j) {
-        const __m512i run = _mm512_loadu_si512(super + 128 + 256 * q + 64 * j);
-        low[j] = _mm512_and_si512(run, nibble);
-        high[j] = _mm512_and_si512(_mm512_srli_epi16(run, 4), nibble);
-      }
+      for_each_index<4>([&]<int J>() {
+        const __m512i run = _mm512_loadu_si512(super + 128 + 256 * q + 64 * J);
+        low[J] = _mm512_and_si512(run, nibble);
+        high[J] = _mm512_and_si512(_mm512_srli_epi16(run, 4), nibble);
+        if constexpr (kFive) {
+          const __m512i plane = _mm512_loadu_si512(super + kQ5KFifthBits + 64 * q);
+          low[J] = with_fifth_bit<2 * J>(low[J], plane);
+          high[J] = with_fifth_bit<2 * J + 1>(high[J], plane);
+        }
+      });
       for (int r = 0; r < kRows; ++r) {
         const int8_t* codes = x.row_codes(first_row + r) + s * kSuperBlock + 64 * q;
-        __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
-        for (int j = 0; j < 4; ++j) {
-          int64_t lo, hi;
-          std::memcpy(&lo, codes + 8 * j, 8);
-          std::memcpy(&hi, codes + 32 + 8 * j, 8);
-          a = _mm512_dpbusd_epi32(a, low[j], _mm512_set1_epi64(lo));
-          b = _mm512_dpbusd_epi32(b, high[j], _mm512_set1_epi64(hi));
+        for (int j0 = 0; j0 < 4; j0 += kRunsPerWord) {
+          __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+          for (int j = j0; j < j0 + kRunsPerWord; ++j) {
+            int64_t lo, hi;
+            std::memcpy(&lo, codes + 8 * j, 8);
+            std::memcpy(&hi, codes + 32 + 8 * j, 8);
+            a = _mm512_dpbusd_epi32(a, low[j], _mm512_set1_epi64(lo));
+            b = _mm512_dpbusd_epi32(b, high[j], _mm512_set1_epi64(hi));
+          }
+          // Lanes of a and b within 16 bits: as a pair of words they take their scales in one
+          // dot product.
+          const __m512i pair = _mm512_mask_blend_epi16(0xAAAAAAAA, a, _mm512_slli_epi32(b, 16));
+          sum[r] = _mm512_dpwssd_epi32(sum[r], pair, scales.scale_pair[q]);
         }
-        // Each lane of a and b is 16 products of a 4-bit code and an 8-bit activation, within
-        // 16 bits: as a pair of words they take their scales in one dot product.
-        const __m512i pair = _mm512_mask_blend_epi16(0xAAAAAAAA, a, _mm512_slli_epi32(b, 16));
-        sum[r] = _mm512_dpwssd_epi32(sum[r], pair, scales.scale_pair[q]);
       }
     }
     const __m512 d = halves_twice(super), dmin = halves_twice(super + 16);

@@ -19,6 +19,7 @@
 #include "kquant_amx.h"
 #include "kquant_format.h"
 #include "kquant_gemv.h"
+#include "kquant_q5k_woven.h"
 #include "kquant_q6k_grouped.h"
 #include "ops.h"
 #include "panel_matmul.h"
@@ -29,25 +30,30 @@ namespace {
 
 // ggml's type ids (ggml.h's enum ggml_type), as the GGUF file names them.
 constexpr int64_t kGgmlQ4K = 12;
+constexpr int64_t kGgmlQ5K = 13;
 constexpr int64_t kGgmlQ6K = 14;
 
-// x as float32 rows, once the type, x and the weight's shape are checked for `op`; every
-// Q4_K weight (woven) and, where `q6k_any_rows` is false, every Q6_K one in whole tiles.
+// x as float32 rows, once the type, x and the weight's shape are checked for `op` (the gemv,
+// where `gemv`, also takes Q5_K); every woven weight and, where `gemv` is false, every Q6_K
+// one in whole tiles.
 at::Tensor checked_input(const char* op, const at::Tensor& x_in, const at::Tensor& weight,
-                         int64_t type, int64_t n, bool q6k_any_rows) {
-  TORCH_CHECK(type == kGgmlQ4K || type == kGgmlQ6K, op, " takes Q4_K (", kGgmlQ4K, ") or Q6_K (",
-              kGgmlQ6K, "), got type ", type);
+                         int64_t type, int64_t n, bool gemv) {
+  TORCH_CHECK(type == kGgmlQ4K || type == kGgmlQ6K || (gemv && type == kGgmlQ5K), op,
+              " takes Q4_K (", kGgmlQ4K, ")", gemv ? ", Q5_K (13)" : "", " or Q6_K (", kGgmlQ6K,
+              "), got type ", type);
   TORCH_CHECK(x_in.dim() == 2, "x must be (rows, in)");
   TORCH_CHECK(weight.scalar_type() == at::kByte && weight.dim() == 2 && weight.is_contiguous(),
               "weight must be a contiguous (rows, row bytes) uint8 tensor");
   const int64_t k = x_in.size(1);
   TORCH_CHECK(k % kSuperBlock == 0, "in_features ", k, " is not a multiple of ", kSuperBlock);
-  const bool whole_tiles = type == kGgmlQ4K || !q6k_any_rows;
+  const bool whole_tiles = type != kGgmlQ6K || !gemv;
   TORCH_CHECK(weight.size(0) == n && (!whole_tiles || n % kTile == 0), "weight has ",
               weight.size(0), " rows; out_features ", n, " must equal it",
               whole_tiles ? " and be a multiple of " : "",
               whole_tiles ? std::to_string(kTile) : "");
-  const int64_t block_bytes = type == kGgmlQ4K ? kQ4KWovenBytes / kTile : kQ6KBytes;
+  const int64_t block_bytes = type == kGgmlQ4K   ? kQ4KWovenBytes / kTile
+                              : type == kGgmlQ5K ? kQ5KBytes
+                                                 : kQ6KBytes;
   TORCH_CHECK(weight.size(1) == k / kSuperBlock * block_bytes, "weight rows of ", weight.size(1),
               " bytes do not hold ", k, " inputs");
   return x_in.to(at::kFloat).contiguous();
@@ -95,6 +101,24 @@ at::Tensor kquant_q6k_group(const at::Tensor& weight) {
   return out;
 }
 
+// A Q5_K weight as the file holds it (rows, row bytes), rows a multiple of 8 → the same bits
+// woven for the gemv (kquant_q5k_woven.h), the same shape.
+at::Tensor kquant_q5k_weave(const at::Tensor& weight) {
+  TORCH_CHECK(weight.scalar_type() == at::kByte && weight.dim() == 2 &&
+                  weight.size(1) % kQ5KBytes == 0 && weight.size(0) % kTile == 0,
+              "a Q5_K weight to weave is a (rows, super-blocks x 176) uint8 tensor, rows a "
+              "multiple of 8");
+  const at::Tensor in = weight.contiguous();
+  at::Tensor out = at::empty(in.sizes(), in.options());
+  const int64_t supers = in.size(1) / kQ5KBytes;
+  const uint8_t* src = in.data_ptr<uint8_t>();
+  uint8_t* dst = out.data_ptr<uint8_t>();
+  parallel_chunks(in.size(0) / kTile, 16, [&](int64_t first, int64_t last) {
+    for (int64_t g = first; g < last; ++g) q5_k_weave_group(src, supers, g, dst);
+  });
+  return out;
+}
+
 // Rows `ids` of a grouped Q6_K weight (a tied token embedding read from the output layer's
 // one copy) as float32, each as dequantize_row_q6_K makes it.
 at::Tensor kquant_q6k_grouped_rows(const at::Tensor& weight, const at::Tensor& ids_in,
@@ -122,11 +146,11 @@ at::Tensor kquant_q6k_grouped_rows(const at::Tensor& weight, const at::Tensor& i
   return out;
 }
 
-// Whether kquant_gemv takes ggml type `type` here: Q4_K (woven) and Q6_K (grouped) from AVX2
-// on.
+// Whether kquant_gemv takes ggml type `type` here: Q4_K and Q5_K (woven) and Q6_K (grouped)
+// from AVX2 on.
 bool kquant_gemv_available(int64_t type) {
 #if defined(ASTRAI_KQUANT_GEMV)
-  return type == kGgmlQ4K || type == kGgmlQ6K;
+  return type == kGgmlQ4K || type == kGgmlQ5K || type == kGgmlQ6K;
 #else
   return false;
 #endif
@@ -168,7 +192,8 @@ at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t
   at::Tensor sums = at::empty({m, k / 16}, x.options().dtype(at::kInt));
   at::Tensor pair_sums = at::empty({m, k / 64}, x.options().dtype(at::kInt));
   // Q6_K's codes also in its grouped order (kquant_q6k_grouped.h).
-  at::Tensor grouped = at::empty({type == kGgmlQ4K ? 0 : m, k}, codes.options());
+  const bool woven = type != kGgmlQ6K;
+  at::Tensor grouped = at::empty({woven ? 0 : m, k}, codes.options());
   const float* in = x.data_ptr<float>();
   parallel_chunks(m, 4, [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r) {
@@ -176,7 +201,7 @@ at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t
       quantize_row_q8(in + r * k, k, row_codes, scales.data_ptr<float>() + r * (k / kSuperBlock),
                       sums.data_ptr<int32_t>() + r * (k / 16),
                       pair_sums.data_ptr<int32_t>() + r * (k / 64));
-      if (type != kGgmlQ4K) group_row_codes(row_codes, k, grouped.data_ptr<int8_t>() + r * k);
+      if (!woven) group_row_codes(row_codes, k, grouped.data_ptr<int8_t>() + r * k);
     }
   });
   const QuantizedRows rows{codes.data_ptr<int8_t>(), scales.data_ptr<float>(),
@@ -184,9 +209,13 @@ at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t
   const uint8_t* w = weight.data_ptr<uint8_t>();
   float* dst = out.data_ptr<float>();
   const int64_t supers = k / kSuperBlock;
-  if (type == kGgmlQ4K) {
+  if (woven) {
     parallel_chunks(n / kTile, chunk_for(n / kTile, 8, 32), [&](int64_t first, int64_t last) {
-      q4_k_gemv_groups(w, supers, rows, m, first, last, dst, n);
+      if (type == kGgmlQ5K) {
+        woven_gemv_groups<true>(w, supers, rows, m, first, last, dst, n);
+      } else {
+        woven_gemv_groups<false>(w, supers, rows, m, first, last, dst, n);
+      }
     });
   } else {
     parallel_chunks(n, chunk_for(n, 32, 256), [&](int64_t first, int64_t last) {
@@ -197,9 +226,10 @@ at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t
   return out;
 }
 
-// x (rows, in) float32 times a Q4_K weight woven by ggml's repack (astrai_ggml::interleave)
-// or a Q6_K one (kquant_linear: as the file holds it; kquant_gemv: grouped by
-// kquant_q6k_group), (out, row bytes) uint8 → (rows, out) float32.
+// x (rows, in) float32 times a Q4_K weight woven by ggml's repack (astrai_ggml::interleave),
+// a Q6_K one (kquant_linear: as the file holds it; kquant_gemv: grouped by kquant_q6k_group)
+// or, on the gemv only, a Q5_K one woven by kquant_q5k_weave; (out, row bytes) uint8 →
+// (rows, out) float32.
 TORCH_LIBRARY_FRAGMENT(astrai, m) {
   m.def("kquant_linear(Tensor x, Tensor weight, int type, int out_features) -> Tensor");
   m.def("kquant_linear_available() -> bool", &kquant_linear_available);
@@ -207,6 +237,7 @@ TORCH_LIBRARY_FRAGMENT(astrai, m) {
   m.def("kquant_gemv_available(int type) -> bool", &kquant_gemv_available);
   m.def("kquant_gemv_zmm() -> bool", &kquant_gemv_zmm);
   m.def("kquant_q6k_group(Tensor weight) -> Tensor");
+  m.def("kquant_q5k_weave(Tensor weight) -> Tensor");
   m.def("kquant_q6k_grouped_rows(Tensor weight, Tensor ids, int in_features) -> Tensor");
 }
 
@@ -214,6 +245,7 @@ TORCH_LIBRARY_IMPL(astrai, CPU, m) {
   m.impl("kquant_linear", &kquant_linear);
   m.impl("kquant_gemv", &kquant_gemv);
   m.impl("kquant_q6k_group", &kquant_q6k_group);
+  m.impl("kquant_q5k_weave", &kquant_q5k_weave);
   m.impl("kquant_q6k_grouped_rows", &kquant_q6k_grouped_rows);
 }
 

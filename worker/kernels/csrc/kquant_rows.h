@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "kquant_format.h"
 
@@ -48,8 +49,17 @@ inline void in_runs_of(int64_t m, const F& run) {
   the_rest<kMax - 1>(m - row, row, run);
 }
 
+// f.template operator()<I>() for I = 0 .. kCount - 1 in turn: a loop whose index the body
+// needs as a constant (an instruction's immediate operand).
+template <int kCount, typename F>
+inline void for_each_index(const F& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    (f.template operator()<I>(), ...);
+  }(std::make_integer_sequence<int, kCount>{});
+}
+
 // Bytes ahead of the super-block being multiplied that are requested from memory: enough to
 // cover the memory's latency at its bandwidth, little enough to stay in L1.
-constexpr int64_t kPrefetchAhead = 8 * kQ4KWovenBytes;
+constexpr int64_t kPrefetchSupers = 8;
 
 }  // namespace astrai
