@@ -36,8 +36,17 @@ def sequence_logits(
         return allowed.repeat_interleave(config.kv_group_size, dim=0)[None, None]
 
     window_mask = causal(config.sliding_window) if config.has_mixed_windows else None
+    # Per-sequence lengths: attention as a served prompt's prefill computes it.
     batch = ForwardBatch(
-        pos, pos, pos[None], causal(config.mask_window), pos, pos, n, window_mask=window_mask
+        pos,
+        pos,
+        pos[None],
+        causal(config.mask_window),
+        pos,
+        pos,
+        n,
+        seq_lengths=((n, n),),
+        window_mask=window_mask,
     )
     with torch.inference_mode():
         return model(torch.tensor(ids), batch, [(k[i], v[i]) for i in range(config.num_layers)])

@@ -103,14 +103,15 @@ class ModelRunner:
         lengths = [len(c.token_ids) for c in chunks]
         if min(lengths) < 1:
             raise ValueError("every chunk must feed at least one token")
-        if max(lengths) == 1:
+        if max(lengths) == 1 and not any(c.prompt for c in chunks):
             return self._decode_batch(chunks)
         return self._packed_batch(chunks, lengths)
 
     def _packed_batch(
         self, chunks: Sequence[Chunk], lengths: list[int]
     ) -> tuple[torch.Tensor, ForwardBatch]:
-        """Any mix of prefill and decode chunks, packed back to back."""
+        """Any mix of prefill and decode chunks, packed back to back; per-sequence lengths
+        (the prefill's attention) wherever a chunk is a prompt's, even of one token."""
         ends = [c.end for c in chunks]
         offsets = torch.tensor([0, *lengths]).cumsum(0)
         positions = torch.cat([torch.arange(c.start, c.end) for c in chunks])
@@ -171,7 +172,11 @@ class ModelRunner:
             query_index=None if query_index is None else query_index.to(device),
             logits_index=logits_index.to(device),
             max_query_len=query_len,
-            seq_lengths=None if query_len == 1 else tuple(zip(lengths, ends, strict=True)),
+            seq_lengths=(
+                tuple(zip(lengths, ends, strict=True))
+                if query_len > 1 or any(c.prompt for c in chunks)
+                else None
+            ),
             shared_prefixes=shared_prefixes,
             window_mask=None if window_mask is None else window_mask[:, None].to(device),
             hidden_index=None if hidden_index is None else hidden_index.to(device),

@@ -189,6 +189,7 @@ class Scheduler:
                     wants_logits=end == length and pooled is None,  # an embedding samples none
                     all_logits=seq.records_prompt_logprobs,
                     hidden=HiddenRows(pooled.hidden(start, end, length) if pooled else "none"),
+                    prompt=True,
                 )
             )
             seqs.append(seq)

@@ -52,6 +52,9 @@ class Chunk:
     wants_logits: bool  # the chunk ends the sequence's known tokens: sample after it
     all_logits: bool = False  # every token's logits (a prompt's own logprobs), in order
     hidden: HiddenRows = HiddenRows.NONE  # rows whose final-norm output it keeps
+    # Prompt tokens, which take the prefill's arithmetic even one at a time (a prompt whose
+    # other pages were cached): its logits are then the same bits whatever was cached.
+    prompt: bool = False
 
     @property
     def hidden_rows(self) -> range:

@@ -115,7 +115,8 @@ class Attention(nn.Module):
         # rows are read back as float32).
         dtype = torch.float32 if is_quantized(k_cache) else k_cache.dtype
         on_cpu = q.device.type == "cpu"
-        if on_cpu and (batch.max_query_len > 1 or dtype == torch.float16):
+        prefill = batch.max_query_len > 1 or batch.seq_lengths is not None  # prompt rows
+        if on_cpu and (prefill or dtype == torch.float16):
             dtype = torch.float32
         if batch.seq_lengths is not None:
             return self._attend_each(q.to(dtype), k_cache, v_cache, batch, mask).to(q.dtype)

@@ -47,6 +47,7 @@ def handles(model: NativeModel, batch: ForwardBatch, kv_layers: Sequence[LayerKV
         model.native_decode
         and batch.max_query_len == 1
         and batch.query_index is None
+        and batch.seq_lengths is None  # prompt tokens take the prefill's arithmetic
         and batch.in_place is None
         and kv_layers[0][0].dtype in (torch.float32, torch.float16, Q8_0)
     )

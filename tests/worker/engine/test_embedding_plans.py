@@ -33,11 +33,13 @@ def test_a_mean_embedding_keeps_every_row_of_each_chunk_and_ends_after_its_prefi
     [seq] = bench.embed([INPUT_20], "e", Pooling.MEAN)
     for start, end in ((0, 8), (8, 16)):
         plan = bench.step()
-        assert plan.chunks == (Chunk(0, start, INPUT_20[start:end], False, False, HiddenRows.ALL),)
+        assert plan.chunks == (
+            Chunk(0, start, INPUT_20[start:end], False, False, HiddenRows.ALL, prompt=True),
+        )
         assert plan.samples == () and bench.events == []
     assert bench.cache.stats().pages_in_use == 5
     plan = bench.step()
-    assert plan.chunks == (Chunk(0, 16, INPUT_20[16:], False, False, HiddenRows.ALL),)
+    assert plan.chunks == (Chunk(0, 16, INPUT_20[16:], False, False, HiddenRows.ALL, prompt=True),)
     [event] = bench.events
     assert (event.finish_reason, event.token_ids, event.text) == (FinishReason.STOP, (), "")
     assert event.embedding is not None and torch.equal(event.embedding, mean_row(range(20)))
@@ -63,7 +65,7 @@ def test_a_last_token_embedding_keeps_one_row_and_shares_the_prefix_cache(
     # rows of the fifth), and the last one's row is computed.
     [again] = bench.embed([INPUT_20], "again", Pooling.LAST, normalize=True)
     plan = bench.step()
-    assert plan.chunks == (Chunk(1, 19, INPUT_20[19:], False, False, HiddenRows.LAST),)
+    assert plan.chunks == (Chunk(1, 19, INPUT_20[19:], False, False, HiddenRows.LAST, prompt=True),)
     assert again.num_cached_tokens == 19
     expected = F.normalize(torch.tensor(position_row(19)), dim=0)
     assert [torch.equal(e.embedding, expected) for e in bench.events] == [True, True]
@@ -78,7 +80,9 @@ def test_a_cls_embedding_keeps_the_first_row_and_computes_every_token_each_time(
     hidden = [bench.step().chunks[0].hidden for _ in range(3)]
     assert hidden == [HiddenRows.FIRST, HiddenRows.NONE, HiddenRows.NONE]
     [again] = bench.embed([INPUT_20], "again", Pooling.CLS)
-    assert bench.step().chunks == (Chunk(1, 0, INPUT_20[:8], False, False, HiddenRows.FIRST),)
+    assert bench.step().chunks == (
+        Chunk(1, 0, INPUT_20[:8], False, False, HiddenRows.FIRST, prompt=True),
+    )
     assert again.num_cached_tokens == 0  # its first row is not in the cache: computed anew
     bench.step(), bench.step()
     assert [e.embedding.tolist() for e in bench.events] == [position_row(0)] * 2
@@ -101,8 +105,10 @@ def test_a_preempted_mean_embedding_recomputes_its_input_without_counting_a_row_
     [chat] = bench.submit([10, 11, 12, 13, 14, 15, 16], "chat", max_tokens=3)  # two pages
     [embedding] = bench.embed([list(range(2000, 2016))], "embed", Pooling.MEAN)  # four pages
     plan = bench.step(300)  # every page in use; the embedding's first row rides along
-    assert plan.chunks[1] == Chunk(1, 0, [2000], False, False, HiddenRows.ALL)
-    assert bench.step(301).chunks[0] == Chunk(1, 1, list(range(2001, 2009)), False, False, ALL)
+    assert plan.chunks[1] == Chunk(1, 0, [2000], False, False, HiddenRows.ALL, prompt=True)
+    assert bench.step(301).chunks[0] == Chunk(
+        1, 1, list(range(2001, 2009)), False, False, ALL, prompt=True
+    )
     # The chat's ninth token needs a third page: the newest sequence gives its pages back.
     plan = bench.step(302)
     assert ids(plan.preempted) == [1] and embedding.status is RequestStatus.PREEMPTED

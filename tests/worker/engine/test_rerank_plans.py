@@ -50,8 +50,8 @@ def test_documents_of_one_query_compute_it_once_and_end_with_their_heads_score(
     # fourth) from the first one's pages in the same forward, and computes only its own.
     plan = bench.step()
     assert plan.chunks == (
-        Chunk(0, 0, first, False, False, LAST),
-        Chunk(1, 15, second[15:], False, False, LAST),
+        Chunk(0, 0, first, False, False, LAST, prompt=True),
+        Chunk(1, 15, second[15:], False, False, LAST, prompt=True),
     )
     assert plan.samples == ()
     ends = sorted(bench.events, key=lambda e: e.index)

@@ -40,3 +40,17 @@ def test_the_decode_batch_equals_the_packed_batch():
         assert torch.equal(getattr(fast, name), getattr(packed, name)), name
         assert getattr(fast, name).dtype == getattr(packed, name).dtype, name
     assert (fast.query_index, fast.max_query_len, fast.seq_lengths) == (None, 1, None)
+
+
+def test_a_one_token_prompt_chunk_takes_the_prefill_not_the_decode_step():
+    """A prompt whose other pages were cached feeds its last token alone: it still gets the
+    prefill's per-sequence attention, so its logits are the bits a whole prefill gives."""
+    runner = runner_with_sequences([5, 9])
+    decode = Chunk(0, 5, [7], wants_logits=True)
+    prompt = Chunk(1, 9, [8], wants_logits=True, prompt=True)
+    _, alone = runner.build_batch([prompt])
+    assert (alone.max_query_len, alone.seq_lengths) == (1, ((1, 10),))
+    _, mixed = runner.build_batch([decode, prompt])
+    assert mixed.seq_lengths == ((1, 6), (1, 10))
+    _, decoding = runner.build_batch([decode])
+    assert decoding.seq_lengths is None

@@ -32,13 +32,16 @@ def test_a_long_prompt_is_chunked_and_a_running_stream_rides_in_each_chunk(
     bench.submit(short, "short")
     bench.submit(long_, "long")
     plan = bench.step(300)
-    assert plan.chunks == (Chunk(0, 0, short, True), Chunk(1, 0, long_[:3], False))
+    assert plan.chunks == (
+        Chunk(0, 0, short, True, prompt=True),
+        Chunk(1, 0, long_[:3], False, prompt=True),
+    )
     assert ids(plan.samples) == [0]
     plan = bench.step(301)
-    assert plan.chunks == (Chunk(1, 3, long_[3:11], False), decode_row(0, 5, 300))
+    assert plan.chunks == (Chunk(1, 3, long_[3:11], False, prompt=True), decode_row(0, 5, 300))
     assert ids(plan.samples) == [0] and ids(plan.decodes) == [0]
     plan = bench.step(400, 302)
-    assert plan.chunks == (Chunk(1, 11, long_[11:], True), decode_row(0, 6, 301))
+    assert plan.chunks == (Chunk(1, 11, long_[11:], True, prompt=True), decode_row(0, 6, 301))
     assert ids(plan.samples) == [1, 0]
     plan = bench.schedule()
     assert plan.is_decode_only and plan.prompt_chunks == ()
@@ -48,13 +51,13 @@ def test_a_long_prompt_is_chunked_and_a_running_stream_rides_in_each_chunk(
 def test_without_mixed_steps_prompt_and_decode_forwards_take_turns(default_model_dir: Path):
     bench = plan_bench(default_model_dir, budget=8, mixed_steps=False)
     bench.submit([5, 6, 7], "short")
-    assert bench.step(300).chunks == (Chunk(0, 0, [5, 6, 7], True),)
+    assert bench.step(300).chunks == (Chunk(0, 0, [5, 6, 7], True, prompt=True),)
     long_ = list(range(100, 120))
     bench.submit(long_, "long")
     assert bench.step(301).chunks == (decode_row(0, 3, 300),)  # a prompt forward came last
-    assert bench.step().chunks == (Chunk(1, 0, long_[:8], False),)
+    assert bench.step().chunks == (Chunk(1, 0, long_[:8], False, prompt=True),)
     assert bench.step(302).chunks == (decode_row(0, 4, 301),)
-    assert bench.step().chunks == (Chunk(1, 8, long_[8:16], False),)
+    assert bench.step().chunks == (Chunk(1, 8, long_[8:16], False, prompt=True),)
 
 
 def test_the_newest_sequence_is_preempted_for_an_older_ones_page_and_recomputes_later(
@@ -76,7 +79,7 @@ def test_the_newest_sequence_is_preempted_for_an_older_ones_page_and_recomputes_
     assert old.finish_reason is FinishReason.LENGTH  # its third token: its pages are free
     # Readmitted, it recomputes its prompt and output from its first page, still cached.
     plan = bench.step(305)
-    assert plan.chunks == (Chunk(1, 4, [24, 25, 26, 301, 303], True),)
+    assert plan.chunks == (Chunk(1, 4, [24, 25, 26, 301, 303], True, prompt=True),)
     # Past its cached first page (2): the free page, then the least recently cached one.
     assert plan.kv.allocated == (NewPages(1, (3, 1)),) and bench.cache.pages_of(1) == [2, 3, 1]
     assert new.status is RequestStatus.DECODING and new.output_token_ids == [301, 303, 305]
@@ -87,9 +90,9 @@ def test_the_newest_sequence_is_preempted_for_an_older_ones_page_and_recomputes_
 def test_a_finished_prompt_is_a_prefix_hit_for_the_next_one(default_model_dir: Path):
     bench = plan_bench(default_model_dir)
     bench.submit(PROMPT_33, "first", max_tokens=1)
-    assert bench.step(300).chunks == (Chunk(0, 0, PROMPT_33, True),)
+    assert bench.step(300).chunks == (Chunk(0, 0, PROMPT_33, True, prompt=True),)
     [again] = bench.submit(PROMPT_33, "again", max_tokens=1)
-    assert bench.step(300).chunks == (Chunk(1, 32, PROMPT_33[32:], True),)
+    assert bench.step(300).chunks == (Chunk(1, 32, PROMPT_33[32:], True, prompt=True),)
     assert again.num_cached_tokens == 32
     assert bench.scheduler.counters.prefill_tokens == 33 + 1
 
@@ -103,7 +106,7 @@ def test_a_sharer_waits_for_the_pages_its_owner_computes_then_computes_its_tail(
     owner_pages: list[int] = []
     for start in (0, 8, 16, 24):  # the sharer's next page is planned for a later step
         plan = bench.step()
-        assert plan.chunks == (Chunk(0, start, PROMPT_33[start : start + 8], False),)
+        assert plan.chunks == (Chunk(0, start, PROMPT_33[start : start + 8], False, prompt=True),)
         owner_pages = bench.cache.pages_of(0)
         computed = frozenset(owner_pages[start // 4 : start // 4 + 2])
         # Both were given every page they need at admission: the sharer only its last own.
@@ -111,7 +114,10 @@ def test_a_sharer_waits_for_the_pages_its_owner_computes_then_computes_its_tail(
         assert plan.kv == KVStepPlan(allocated, computed)
     assert bench.cache.pages_of(1) == [*owner_pages[:8], 9]
     plan = bench.step(300, 300)
-    assert plan.chunks == (Chunk(0, 32, PROMPT_33[32:], True), Chunk(1, 32, PROMPT_33[32:], True))
+    assert plan.chunks == (
+        Chunk(0, 32, PROMPT_33[32:], True, prompt=True),
+        Chunk(1, 32, PROMPT_33[32:], True, prompt=True),
+    )
     assert bench.scheduler.counters.prefill_tokens == 33 + 1
 
 
@@ -127,9 +133,9 @@ def test_sharers_arriving_together_read_a_partial_page_where_its_owner_computes_
     # The others' two rows past the shared full pages are read in the owner's page, in
     # this forward, and copied into their own pages when it is committed.
     assert plan.chunks == (
-        Chunk(0, 0, prompts[0], True),
-        Chunk(1, 30, prompts[1][30:], True),
-        Chunk(2, 30, prompts[2][30:], True),
+        Chunk(0, 0, prompts[0], True, prompt=True),
+        Chunk(1, 30, prompts[1][30:], True, prompt=True),
+        Chunk(2, 30, prompts[2][30:], True, prompt=True),
     )
     owner_pages = bench.cache.pages_of(0)
     assert (
