@@ -66,7 +66,7 @@ class Scheduler:
         self._prefilled_last = bool(chunks)
         if chunks:
             riding = decoding if self.config.mixed_steps else []
-            rows = [Chunk(s.seq_id, s.num_computed, [s.token_ids[-1]], True) for s in riding]
+            rows = [c for s in riding for c in decode_chunks(s, ())]
             sampled = [s for s, c in zip(prompts, chunks, strict=True) if c.wants_logits]
             return StepPlan(
                 prompts=tuple(prompts),
@@ -80,10 +80,8 @@ class Scheduler:
                 kv=self.cache.step_plan(),
             )
         drafts = self.drafter.propose(decoding, self.cache) if decoding else ()
-        if drafts:
-            rows = [c for s, d in zip(decoding, drafts, strict=True) for c in decode_chunks(s, d)]
-        else:
-            rows = [Chunk(s.seq_id, s.num_computed, [s.token_ids[-1]], True) for s in decoding]
+        drafted = drafts or ((),) * len(decoding)
+        rows = [c for s, d in zip(decoding, drafted, strict=True) for c in decode_chunks(s, d)]
         return StepPlan(
             decodes=tuple(decoding),
             drafts=drafts,
