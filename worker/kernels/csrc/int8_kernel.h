@@ -6,7 +6,8 @@
 // AVX2 core one vpmaddubsw does 32 multiply-adds where an FMA does 8, so many rows (prompt
 // chunks, large batches) multiply faster than in float32. Per block and column:
 //   sum_i w_i x_i = d_w d_x sum_i code_i q_i (+ m_w s_x for Q4_1, s_x = d_x sum_i q_i).
-// The activations' scales are rounded through fp16 as ggml stores them.
+// The activations' scales are rounded through fp16 as ggml stores them. On AVX512-VNNI CPUs
+// tiles run in pairs through int8_kernel_zmm.h instead; the ymm form here takes the rest.
 #pragma once
 
 #include <algorithm>

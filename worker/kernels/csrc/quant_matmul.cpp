@@ -3,8 +3,9 @@
 //
 // Why: a decode step of a small model reads every weight once per token, and 4-bit weights are
 // an eighth of float32's bytes. Two arithmetics: the activations rounded to 8 bits per block
-// of 32 (`int8`: llama.cpp's, int8_kernel.h, the default for a GGUF) or kept float32 (exact to
-// the file up to summation order: --precision exact, and a folder's weights). Built with
+// of 32 (`int8`: llama.cpp's, int8_kernel.h and its AVX512-VNNI form int8_kernel_zmm.h, the
+// default for a GGUF) or kept float32 (exact to the file up to summation order: --precision
+// exact, and a folder's weights). Built with
 // -march=native on the machine that runs it (worker/kernels/build.py); the scalar branches
 // keep any other CPU correct.
 //
@@ -26,6 +27,7 @@
 #include "block_format.h"
 #include "direct_kernel.h"
 #include "int8_kernel.h"
+#include "int8_kernel_zmm.h"
 #include "ops.h"
 #include "panel_matmul.h"
 #include "parallel.h"
@@ -76,8 +78,25 @@ void direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int6
   }
 }
 
+// The last pass of in_passes: `count` rows (fewer than R + 1) from row r, R fixed at compile time.
+template <int R, typename Pass>
+void last_pass(int64_t count, int64_t r, const Pass& pass) {
+  if constexpr (R > 0) {
+    if (count == R) return pass(std::integral_constant<int, R>{}, r);
+    last_pass<R - 1>(count, r, pass);
+  }
+}
+
+// pass(integral_constant<int, R>, first_row) over m rows: kMost rows a pass, then the rest.
+template <int kMost, typename Pass>
+void in_passes(int64_t m, const Pass& pass) {
+  int64_t r = 0;
+  for (; r + kMost <= m; r += kMost) pass(std::integral_constant<int, kMost>{}, r);
+  last_pass<kMost - 1>(m - r, r, pass);
+}
+
 // The rows after their prologue, rounded to 8 bits per block (in parallel, row by row),
-// then each tile's records times all of them, four rows at a time.
+// then each tile's records (or pair of tiles') times all of them, a few rows a pass.
 template <Records kFormat>
 void int8_direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int64_t tiles,
                  int64_t blocks, float* out, const float* init) {
@@ -94,31 +113,50 @@ void int8_direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w,
   });
   const Int8Rows rows{codes, scales, sums, totals, k};
   const int64_t run = blocks * record_bytes(kFormat), stride = tiles * kTile;
-  const int64_t chunk = std::max<int64_t>(1, std::min(chunk_for(tiles, 1, 64), 32768 / run));
-  parallel_chunks(tiles, chunk, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const uint8_t* records = w + t * run;
+#if defined(__AVX2__)
+  // One tile's records times every row, four rows a pass: a record's codes are unpacked once
+  // for all the rows of a pass.
+  auto one_tile = [&](int64_t t) {
+    const uint8_t* records = w + t * run;
+    float* o = out + t * kTile;
+    const float* start = init == nullptr ? nullptr : init + t * kTile;
+    auto pass = [&](auto rows_in_pass, int64_t r) {
+      constexpr int R = decltype(rows_in_pass)::value;
+      if constexpr (int8_only(kFormat)) {
+        five_bit_tile<kFormat == Records::kQ5_1, R>(records, blocks, rows, r, o, start, stride);
+      } else {
+        int8_tile<kFormat == Records::kQ8_0, R>(records, blocks, rows, r, o, start, stride);
+      }
+    };
+    in_passes<4>(m, pass);
+  };
+#endif
+#if defined(ASTRAI_INT8_ZMM)
+  // Tiles in pairs (int8_kernel_zmm.h), eight rows a pass; an odd count's last tile alone.
+  const int64_t pairs = (tiles + 1) / 2;
+  const int64_t chunk = std::max<int64_t>(1, std::min(chunk_for(pairs, 1, 32), 16384 / run));
+  parallel_chunks(pairs, chunk, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t t = 2 * p;
+      if (t + 1 == tiles) {
+        one_tile(t);
+        continue;
+      }
       float* o = out + t * kTile;
       const float* start = init == nullptr ? nullptr : init + t * kTile;
-#if defined(__AVX2__)
-      // Four rows at a time, then the rest in one pass: a record's codes are unpacked once
-      // for all the rows of a pass.
-      auto pass = [&](auto rows_in_pass, int64_t r) {
+      in_passes<8>(m, [&](auto rows_in_pass, int64_t r) {
         constexpr int R = decltype(rows_in_pass)::value;
-        if constexpr (int8_only(kFormat)) {
-          five_bit_tile<kFormat == Records::kQ5_1, R>(records, blocks, rows, r, o, start, stride);
-        } else {
-          int8_tile<kFormat == Records::kQ8_0, R>(records, blocks, rows, r, o, start, stride);
-        }
-      };
-      int64_t r = 0;
-      for (; r + 4 <= m; r += 4) pass(std::integral_constant<int, 4>{}, r);
-      if (m - r == 3) pass(std::integral_constant<int, 3>{}, r);
-      if (m - r == 2) pass(std::integral_constant<int, 2>{}, r);
-      if (m - r == 1) pass(std::integral_constant<int, 1>{}, r);
-#endif
+        int8_tile_pair<kFormat, R>(w + t * run, w + (t + 1) * run, blocks, rows, r, o, start,
+                                   stride);
+      });
     }
   });
+#elif defined(__AVX2__)
+  const int64_t chunk = std::max<int64_t>(1, std::min(chunk_for(tiles, 1, 64), 32768 / run));
+  parallel_chunks(tiles, chunk, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) one_tile(t);
+  });
+#endif
 }
 
 // The kernel for these rows: 8-bit activations (every row count), else the panel kernel for
