@@ -44,7 +44,8 @@ def server(folder: Path) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def expected(folder: Path) -> dict[str, list[float] | int]:
     """Each text's vector and token count from the engine in this process (the unit path)."""
-    with InferenceEngine(folder, dtype="float32", kv_cache_mb=16, prefill_token_budget=16) as e:
+    budgets = {"prefill_token_budget": 16, "idle_prefill_token_budget": 16}
+    with InferenceEngine(folder, dtype="float32", kv_cache_mb=16, **budgets) as e:
         vectors = e.embed([*TEXTS, [5, 6, 7]])
         counts = {t: len(e.requests.prompt_token_ids(t, chat=False)) for t in TEXTS}
     return {

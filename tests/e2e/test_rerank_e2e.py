@@ -43,7 +43,8 @@ def server(folder: Path) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def expected(folder: Path) -> tuple[list[float], int]:
     """Each document's score and all their prompt tokens from the engine in this process."""
-    with InferenceEngine(folder, dtype="float32", kv_cache_mb=16, prefill_token_budget=16) as e:
+    budgets = {"prefill_token_budget": 16, "idle_prefill_token_budget": 16}
+    with InferenceEngine(folder, dtype="float32", kv_cache_mb=16, **budgets) as e:
         scores = e.rerank(QUERY, DOCUMENTS)
         tokens = sum(map(len, e.reranks.token_ids(DOCUMENTS, RerankSettings(QUERY))))
     return scores, tokens

@@ -117,7 +117,12 @@ def tiny_stack(
         ModelRunner(model, cache),
         cache,
         OutputProcessor(tokenizer),
-        SchedulerConfig(max_seqs=max_seqs, prefill_token_budget=budget, mixed_steps=mixed_steps),
+        SchedulerConfig(
+            max_seqs=max_seqs,
+            prefill_token_budget=budget,
+            idle_prefill_token_budget=budget,
+            mixed_steps=mixed_steps,
+        ),
     )
     requests = RequestFactory(
         tokenizer, min(TINY.max_position_embeddings, cache.max_tokens_per_seq)

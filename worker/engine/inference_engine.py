@@ -154,6 +154,7 @@ class InferenceEngine(GenerationAPI, EmbeddingAPI, RerankAPI):
             SchedulerConfig(
                 max_seqs=opts.max_seqs,
                 prefill_token_budget=opts.prefill_token_budget,
+                idle_prefill_token_budget=opts.idle_prefill_token_budget,
                 speculative_tokens=opts.speculative_tokens,
             ),
         )

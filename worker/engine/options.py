@@ -99,6 +99,10 @@ class EngineOptions:
     prefill_token_budget: int = field(
         default=256, metadata=option("prompt tokens prefilled per scheduler step at most")
     )
+    idle_prefill_token_budget: int = field(
+        default=2048,
+        metadata=option("the same while no stream decodes (a long prompt alone: fewer chunks)"),
+    )
     enable_prefix_caching: bool = field(
         default=True,
         metadata=option(
@@ -230,7 +234,13 @@ class EngineOptions:
                 "kv_cache_dtype q8_0 is read by the gather attention and the native decode "
                 "kernels: it takes neither attention flex nor compile"
             )
-        for name in ("page_size", "kv_cache_mb", "max_seqs", "prefill_token_budget"):
+        for name in (
+            "page_size",
+            "kv_cache_mb",
+            "max_seqs",
+            "prefill_token_budget",
+            "idle_prefill_token_budget",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.kv_disk_mb < 0:

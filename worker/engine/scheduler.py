@@ -62,7 +62,7 @@ class Scheduler:
         self._refill()
         decoding, preempted = self._decoders_with_room()
         alternate = not self.config.mixed_steps and decoding and self._prefilled_last
-        prompts, chunks = ([], []) if alternate else self._plan_prefill()
+        prompts, chunks = ([], []) if alternate else self._plan_prefill(idle=not decoding)
         self._prefilled_last = bool(chunks)
         if chunks:
             riding = decoding if self.config.mixed_steps else []
@@ -159,9 +159,9 @@ class Scheduler:
         seq.move_to(RequestStatus.PREEMPTED)
         self.counters.preemptions += 1
 
-    def _plan_prefill(self) -> tuple[list[Sequence], list[Chunk]]:
-        """Uncomputed prompt tokens of several sequences, under the budget, and whose."""
-        budget = self.config.prefill_token_budget
+    def _plan_prefill(self, idle: bool) -> tuple[list[Sequence], list[Chunk]]:
+        """Uncomputed prompt tokens of several sequences, under the step's budget, and whose."""
+        budget, least = self.config.step_budget(idle), self.config.prefill_token_budget
         chunks: list[Chunk] = []
         seqs: list[Sequence] = []
         for seq in self.running:
@@ -176,7 +176,8 @@ class Scheduler:
             # uncomputed: those tokens are its own work, not cache hits.
             seq.num_cached_tokens = min(seq.num_cached_tokens, start)
             seq.num_computed = start
-            end = min(len(seq.token_ids), start + budget)
+            room = min(budget, least) if seq.records_prompt_logprobs else budget  # all logits
+            end = min(len(seq.token_ids), start + room)
             self.cache.plan(seq.seq_id, start, end)
             pooled, length = seq.embedding, len(seq.token_ids)
             chunks.append(

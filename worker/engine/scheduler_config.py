@@ -12,17 +12,29 @@ class SchedulerConfig:
     # and running streams wait for it. 256 rather than 512: a lower mean TTFT under W2 for a
     # slightly slower lone long prompt (docs/BENCHMARKS.md).
     prefill_token_budget: int = 256
+    # The same while no stream decodes: nobody waits for the step then, and a long prompt
+    # alone computes faster in fewer, larger chunks (each re-reads every key before it).
+    idle_prefill_token_budget: int = 2048
     idle_wait_s: float = 0.5
     speculative_tokens: int = 8  # drafted tokens per sequence and step at most; 0: none
     # Decoding sequences feed their token in a prompt chunk's forward, when there is one,
     # instead of a decode forward of their own after it (Scheduler.schedule).
     mixed_steps: bool = True
 
+    def step_budget(self, idle: bool) -> int:
+        """Prompt tokens one step may feed: the idle budget while no stream decodes."""
+        least = self.prefill_token_budget
+        return max(least, self.idle_prefill_token_budget) if idle else least
+
     def __post_init__(self) -> None:
         if self.max_seqs < 1:
             raise ValueError(f"max_seqs must be >= 1, got {self.max_seqs}")
         if self.prefill_token_budget < 1:
             raise ValueError(f"prefill_token_budget must be >= 1, got {self.prefill_token_budget}")
+        if self.idle_prefill_token_budget < 1:
+            raise ValueError(
+                f"idle_prefill_token_budget must be >= 1, got {self.idle_prefill_token_budget}"
+            )
         if self.speculative_tokens < 0:
             raise ValueError(f"speculative_tokens must be >= 0, got {self.speculative_tokens}")
 

@@ -99,6 +99,7 @@ def plan_bench(
     num_pages: int = 64,
     page_size: int = 4,
     budget: int = 512,
+    idle_budget: int | None = None,
     mixed_steps: bool = True,
     speculative_tokens: int = 0,
     cache_class: type[PageCache] = PageCache,
@@ -109,6 +110,8 @@ def plan_bench(
     sampler = ScriptedSampler()
     config = SchedulerConfig(
         prefill_token_budget=budget,
+        # Unless a test says otherwise, chunks of `budget` whether or not a stream decodes.
+        idle_prefill_token_budget=idle_budget or budget,
         mixed_steps=mixed_steps,
         speculative_tokens=speculative_tokens,
     )

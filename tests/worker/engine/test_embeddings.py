@@ -49,7 +49,8 @@ def reference(folder: Path) -> PreTrainedModel:
 
 
 def engine(folder: Path, **options: object) -> InferenceEngine:
-    options = {"dtype": "float32", "kv_cache_mb": 16, "prefill_token_budget": CHUNK, **options}
+    budgets = {"prefill_token_budget": CHUNK, "idle_prefill_token_budget": CHUNK}
+    options = {"dtype": "float32", "kv_cache_mb": 16, **budgets, **options}
     return InferenceEngine(folder, **options)
 
 

@@ -41,7 +41,11 @@ def test_prompt_logprobs_equal_transformers_cached_or_not_in_small_chunks(tiny_m
     # A budget of 16 splits the prompt into many chunks, and the first request indexes the
     # prompt's pages for the second, which must compute them again for their logits.
     with InferenceEngine(
-        tiny_model_dir, dtype="float32", kv_cache_mb=16, prefill_token_budget=16
+        tiny_model_dir,
+        dtype="float32",
+        kv_cache_mb=16,
+        prefill_token_budget=16,
+        idle_prefill_token_budget=16,
     ) as engine:
         ids = engine.requests.raw_prompt_ids([TEXT])[0]
         params = SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=3, logprobs=True)

@@ -51,6 +51,7 @@ def engine(folder: Path, **options: object) -> InferenceEngine:
     # No disk tier: the prefill counts below are this engine's own prefix sharing, not pages
     # another test's engine left on the session's disk folder for the same seeded model.
     defaults = {"dtype": "float32", "kv_cache_mb": 16, "prefill_token_budget": CHUNK}
+    defaults["idle_prefill_token_budget"] = CHUNK
     options = {**defaults, "kv_disk_mb": 0, **options}
     return InferenceEngine(folder, **options)
 

@@ -48,6 +48,29 @@ def test_a_long_prompt_is_chunked_and_a_running_stream_rides_in_each_chunk(
     assert plan.chunks == (decode_row(0, 7, 302), decode_row(1, 12, 400))
 
 
+def test_a_prompt_takes_the_idle_budget_only_while_no_stream_decodes(default_model_dir: Path):
+    bench = plan_bench(default_model_dir, budget=4, idle_budget=16)
+    long_, other = list(range(100, 120)), [5, 6, 7, 8, 9, 10]
+    bench.submit(long_, "long")
+    assert bench.step().chunks == (Chunk(0, 0, long_[:16], False, prompt=True),)
+    assert bench.step(300).chunks == (Chunk(0, 16, long_[16:], True, prompt=True),)
+    bench.submit(other, "other")
+    plan = bench.step(301)  # "long" decodes now: its next token waits for this step
+    assert plan.chunks == (Chunk(1, 0, other[:4], False, prompt=True), decode_row(0, 20, 300))
+    assert bench.step(400, 302).chunks == (
+        Chunk(1, 4, other[4:], True, prompt=True),
+        decode_row(0, 21, 301),
+    )
+
+
+def test_a_prompt_that_records_its_logprobs_keeps_the_usual_chunk(default_model_dir: Path):
+    """Its chunks take logits for every token: the idle budget would multiply them."""
+    bench = plan_bench(default_model_dir, budget=4, idle_budget=16)
+    prompt = list(range(100, 110))
+    bench.submit(prompt, "echo", prompt_logprobs=1)
+    assert bench.step().chunks == (Chunk(0, 0, prompt[:4], False, True, prompt=True),)
+
+
 def test_without_mixed_steps_prompt_and_decode_forwards_take_turns(default_model_dir: Path):
     bench = plan_bench(default_model_dir, budget=8, mixed_steps=False)
     bench.submit([5, 6, 7], "short")
