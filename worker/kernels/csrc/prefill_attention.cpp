@@ -52,8 +52,10 @@ struct Vec {
 };
 
 using V = Vec::T;
-constexpr int64_t kBlockRows = 48;  // query rows a task takes
-constexpr int64_t kKeys = 64;       // keys a block holds
+// Query rows a task takes: each block of keys and values it reads (32 KB) serves them all,
+// so more rows read the keys from farther caches fewer times.
+constexpr int64_t kBlockRows = 192;
+constexpr int64_t kKeys = 64;  // keys a block holds
 
 // scores[i][k0 .. k0 + NK lanes) = q_i . keys[j] for R rows; key_t (D, 64): the block's keys
 // transposed, each query element broadcast against a row of it.
@@ -119,29 +121,13 @@ void rows_values(const float* probs, const float* values, int64_t v_stride, int6
   }
 }
 
-// f(std::integral_constant<int, R>) for R = rows, 1 .. 6: the micro-kernels' row counts.
-template <typename F>
+// f(std::integral_constant<int, R>) for R = rows, 1 .. kMost: the micro-kernels' row counts.
+template <int kMost = 6, typename F>
 void with_rows(int64_t rows, const F& f) {
-  switch (rows) {
-    case 6:
-      f(std::integral_constant<int, 6>{});
-      break;
-    case 5:
-      f(std::integral_constant<int, 5>{});
-      break;
-    case 4:
-      f(std::integral_constant<int, 4>{});
-      break;
-    case 3:
-      f(std::integral_constant<int, 3>{});
-      break;
-    case 2:
-      f(std::integral_constant<int, 2>{});
-      break;
-    default:
-      f(std::integral_constant<int, 1>{});
-      break;
+  if constexpr (kMost > 1) {
+    if (rows < kMost) return with_rows<kMost - 1>(rows, f);
   }
+  f(std::integral_constant<int, kMost>{});
 }
 
 // key_t (T / 64 blocks, D, 64) of one kv head: each block of keys transposed, zeros past T.
@@ -149,9 +135,13 @@ void transpose_keys(const float* k, int64_t key_stride, int64_t total, int64_t d
                     float* key_t) {
   const int64_t key0 = block * kKeys, n = std::min(kKeys, total - key0);
   float* out = key_t + block * dim * kKeys;
-  for (int64_t j = 0; j < n; ++j) {
-    const float* row = k + (key0 + j) * key_stride;
-    for (int64_t d = 0; d < dim; ++d) out[d * kKeys + j] = row[d];
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    for (int64_t d = 0; d < dim; d += 16)
+      transpose16(k + (key0 + j) * key_stride + d, key_stride, out + d * kKeys + j, kKeys);
+  }
+  for (; j < n; ++j) {
+    for (int64_t d = 0; d < dim; ++d) out[d * kKeys + j] = k[(key0 + j) * key_stride + d];
   }
   for (int64_t d = 0; d < dim; ++d) std::fill(out + d * kKeys + n, out + (d + 1) * kKeys, 0.f);
 }
@@ -164,22 +154,31 @@ inline void scale_row(float* row, int64_t dim, float factor) {
 }
 
 // Row i's softmax over one block of scores s (its first `seen` keys visible), into p; the
-// running max and sum updated, and the row's output rescaled to the new max.
-inline void online_softmax(float* s, float* p, int64_t seen, float& run_max, float& run_sum,
+// running max and sum updated, and the row's output rescaled to the new max. The block stays
+// in registers: the keys it does not see are masked lanes, exactly zero in p.
+inline void online_softmax(const float* s, float* p, int64_t seen, float& run_max, float& run_sum,
                            float* out, int64_t dim) {
-  constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
-  std::fill(s + seen, s + kKeys, kMinusInf);
-  V top = Vec::set1(kMinusInf);
-  for (int64_t j = 0; j < kKeys; j += Vec::kLanes) top = Vec::max(top, Vec::load(s + j));
-  const float new_max = std::max(run_max, Vec::top(top));
-  const float rescale = std::exp(run_max - new_max);  // 0 for the first block
-  const V m = Vec::set1(new_max);
-  for (int64_t j = 0; j < kKeys; j += Vec::kLanes) {
-    Vec::store(p + j, Vec::exp_minus(Vec::load(s + j), m));
+  constexpr int kVectors = kKeys / 16;
+  const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __mmask16 visible[kVectors];
+  V x[kVectors];
+  V top = minus_inf;
+  for (int c = 0; c < kVectors; ++c) {
+    const int64_t lanes = std::clamp<int64_t>(seen - 16 * c, 0, 16);
+    visible[c] = static_cast<__mmask16>((1u << lanes) - 1);
+    x[c] = _mm512_mask_loadu_ps(minus_inf, visible[c], s + 16 * c);
+    top = Vec::max(top, x[c]);
   }
-  std::fill(p + seen, p + kKeys, 0.f);  // exactly nothing from the keys it does not see
+  const float new_max = std::max(run_max, Vec::top(top));
+  // 0 for the first block; 1, and no rescaling, while the maximum holds.
+  const float rescale = new_max == run_max ? 1.f : std::exp(run_max - new_max);
+  const V m = Vec::set1(new_max);
   V sum = Vec::zero();
-  for (int64_t j = 0; j < kKeys; j += Vec::kLanes) sum = Vec::add(sum, Vec::load(p + j));
+  for (int c = 0; c < kVectors; ++c) {
+    const V e = _mm512_maskz_mov_ps(visible[c], Vec::exp_minus(x[c], m));
+    Vec::store(p + 16 * c, e);
+    sum = Vec::add(sum, e);
+  }
   run_sum = run_sum * rescale + Vec::sum(sum);
   run_max = new_max;
   if (rescale != 1.f) scale_row(out, dim, rescale);
