@@ -56,5 +56,9 @@ def build_cache(
     if options.kv_disk_mb and options.enable_prefix_caching and disk_identity is not None:
         folder = Path(options.kv_disk_dir or os.environ.get(KV_DISK_DIR_ENV) or cache_root() / "kv")
         page_bytes = bytes_per_token * options.page_size
-        disk = DiskTier.open(folder, disk_identity(), page_bytes, options.kv_disk_mb << 20)
+        # A step's prompt tokens span their pages and, unaligned, one more.
+        step_tokens = max(options.prefill_token_budget, options.idle_prefill_token_budget)
+        step_pages = -(-step_tokens // options.page_size) + 1
+        budget = options.kv_disk_mb << 20
+        disk = DiskTier.open(folder, disk_identity(), page_bytes, budget, step_pages)
     return PageCache(storage, options.page_size, context, options.enable_prefix_caching, disk=disk)

@@ -100,7 +100,7 @@ class EngineOptions:
         default=256, metadata=option("prompt tokens prefilled per scheduler step at most")
     )
     idle_prefill_token_budget: int = field(
-        default=2048,
+        default=1024,
         metadata=option("the same while no stream decodes (a long prompt alone: fewer chunks)"),
     )
     enable_prefix_caching: bool = field(

@@ -14,7 +14,7 @@ class SchedulerConfig:
     prefill_token_budget: int = 256
     # The same while no stream decodes: nobody waits for the step then, and a long prompt
     # alone computes faster in fewer, larger chunks (each re-reads every key before it).
-    idle_prefill_token_budget: int = 2048
+    idle_prefill_token_budget: int = 1024
     idle_wait_s: float = 0.5
     speculative_tokens: int = 8  # drafted tokens per sequence and step at most; 0: none
     # Decoding sequences feed their token in a prompt chunk's forward, when there is one,

@@ -39,7 +39,9 @@ log = logging.getLogger(__name__)
 # approximately). A temporary file older than STALE_TEMP_S was left by a killed writer.
 
 STALE_TEMP_S = 600.0
-QUEUE_BYTES = 64 << 20  # pages copied out and waiting for the writer, at most
+# Pages copied out and waiting for the writer, at most: this many bytes, or one step's pages
+# where those are more (a step's pages come all at once; more would be dropped).
+QUEUE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,11 @@ NO_DISK_TIER = DiskTierStats(0, 0, 0, 0, 0)
 
 
 class DiskTier:
-    def __init__(self, folder: Path, identity: str, page_bytes: int, budget_bytes: int) -> None:
-        """OSError when the folder cannot be made or read (`open` turns that into None)."""
+    def __init__(
+        self, folder: Path, identity: str, page_bytes: int, budget_bytes: int, step_pages: int = 1
+    ) -> None:
+        """OSError when the folder cannot be made or read (`open` turns that into None);
+        `step_pages`: the most pages one engine step commits."""
         self.identity = blake2b(identity.encode(), digest_size=DIGEST_BYTES).digest()
         self.root = folder
         self.dir = folder / self.identity.hex()
@@ -79,18 +84,18 @@ class DiskTier:
         self.enabled = True
         self._pages_written = self._pages_read = self._pages_dropped = self._read_failures = 0
         self._queue: queue.Queue[tuple[bytes, torch.Tensor, PageChain | None] | None] = queue.Queue(
-            maxsize=max(1, QUEUE_BYTES // max(1, page_bytes))
+            maxsize=max(1, step_pages, QUEUE_BYTES // max(1, page_bytes))
         )
         self._writer = threading.Thread(target=self._write_loop, name="kv-disk", daemon=True)
         self._writer.start()
 
     @classmethod
     def open(
-        cls, folder: Path, identity: str, page_bytes: int, budget_bytes: int
+        cls, folder: Path, identity: str, page_bytes: int, budget_bytes: int, step_pages: int = 1
     ) -> DiskTier | None:
         """The tier, or None (one log line) where the folder is unusable: serving goes on."""
         try:
-            return cls(folder, identity, page_bytes, budget_bytes)
+            return cls(folder, identity, page_bytes, budget_bytes, step_pages)
         except OSError as error:
             log.warning("KV disk tier off: %s is unusable (%s)", folder, error)
             return None

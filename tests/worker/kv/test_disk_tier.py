@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -18,7 +19,7 @@ import torch
 import worker.kv.disk_tier
 from common.kv_events import DISK, BlockRemoved, BlockStored, prompt_block_hashes
 from worker.kv.base import Admission, KVStorage
-from worker.kv.disk_tier import STALE_TEMP_S, DiskTier, DiskTierStats
+from worker.kv.disk_tier import QUEUE_BYTES, STALE_TEMP_S, DiskTier, DiskTierStats
 from worker.kv.kv_events import KvEventRecorder
 from worker.kv.page_file import (
     HEADER,
@@ -108,6 +109,31 @@ def tier(folder: Path, budget: int = 1 << 20, identity: str = IDENTITY) -> DiskT
 
 def names(tier: DiskTier) -> list[str]:
     return sorted(p.name for p in tier.dir.glob("*.kv"))
+
+
+@pytest.mark.parametrize(("step_pages", "dropped"), [(6, False), (1, True)])
+def test_a_step_s_pages_wait_for_a_busy_writer_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step_pages: int, dropped: bool
+) -> None:
+    """A step commits its pages at once: the queue holds `step_pages` of them while the writer
+    is busy even where its byte bound (here one page) holds fewer; past that, they drop."""
+    go_on = threading.Event()
+    write_one = DiskTier._write_one
+
+    def busy(self: DiskTier, *args: object) -> None:
+        go_on.wait(10)
+        write_one(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DiskTier, "_write_one", busy)
+    disk = DiskTier.open(tmp_path, IDENTITY, QUEUE_BYTES, 1 << 30, step_pages)
+    assert disk is not None
+    for n in range(6):
+        disk.write(bytes([n + 1]) * 16, partial(payload, float(n)))
+    go_on.set()
+    disk.flush()
+    stats = disk.stats()
+    assert (stats.pages_dropped > 0) == dropped
+    assert stats.pages_written + stats.pages_dropped == 6
 
 
 def test_pages_over_the_budget_go_least_recently_used_first(tmp_path: Path) -> None:
