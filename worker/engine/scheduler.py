@@ -176,7 +176,7 @@ class Scheduler:
             # uncomputed: those tokens are its own work, not cache hits.
             seq.num_cached_tokens = min(seq.num_cached_tokens, start)
             seq.num_computed = start
-            room = min(budget, least) if seq.records_prompt_logprobs else budget  # all logits
+            room = least if seq.records_prompt_logprobs else budget  # logits for every token
             end = min(len(seq.token_ids), start + room)
             self.cache.plan(seq.seq_id, start, end)
             pooled, length = seq.embedding, len(seq.token_ids)

@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "parallel.h"
+#include "row_runs.h"
 #include "vec_math.h"
 
 namespace astrai {
@@ -121,15 +122,6 @@ void rows_values(const float* probs, const float* values, int64_t v_stride, int6
   }
 }
 
-// f(std::integral_constant<int, R>) for R = rows, 1 .. kMost: the micro-kernels' row counts.
-template <int kMost = 6, typename F>
-void with_rows(int64_t rows, const F& f) {
-  if constexpr (kMost > 1) {
-    if (rows < kMost) return with_rows<kMost - 1>(rows, f);
-  }
-  f(std::integral_constant<int, kMost>{});
-}
-
 // key_t (T / 64 blocks, D, 64) of one kv head: each block of keys transposed, zeros past T.
 void transpose_keys(const float* k, int64_t key_stride, int64_t total, int64_t dim, int64_t block,
                     float* key_t) {
@@ -197,23 +189,18 @@ void attend_block(const float* q, const float* key_t, const float* v, int64_t ke
   for (int64_t key0 = 0; key0 < keys_seen; key0 += kKeys) {
     const int64_t n = std::min(kKeys, keys_seen - key0);
     const float* block_t = key_t + (key0 / kKeys) * dim * kKeys;
-    for (int64_t i = 0; i < rows; i += Vec::kScoreRows) {
-      with_rows(std::min(Vec::kScoreRows, rows - i), [&](auto r) {
-        rows_scores<decltype(r)::value>(q + (row0 + i) * dim, dim, block_t, scores + i * kKeys);
-      });
-    }
+    in_runs_of<Vec::kScoreRows>(rows, [&]<int R>(int64_t i) {
+      rows_scores<R>(q + (row0 + i) * dim, dim, block_t, scores + i * kKeys);
+    });
     for (int64_t i = 0; i < rows; ++i) {
       const int64_t last = first_query_pos + (row0 + i) / group;  // the last key it sees
       const int64_t seen = std::clamp<int64_t>(last - key0 + 1, 0, n);
       online_softmax(scores + i * kKeys, probs + i * kKeys, seen, run_max[i], run_sum[i],
                      out + i * dim, dim);
     }
-    for (int64_t i = 0; i < rows; i += Vec::kValueRows) {
-      with_rows(std::min(Vec::kValueRows, rows - i), [&](auto r) {
-        rows_values<decltype(r)::value>(probs + i * kKeys, v + key0 * key_stride, key_stride, n,
-                                        dim, out + i * dim);
-      });
-    }
+    in_runs_of<Vec::kValueRows>(rows, [&]<int R>(int64_t i) {
+      rows_values<R>(probs + i * kKeys, v + key0 * key_stride, key_stride, n, dim, out + i * dim);
+    });
   }
   for (int64_t i = 0; i < rows; ++i) scale_row(out + i * dim, dim, 1.f / run_sum[i]);
 }

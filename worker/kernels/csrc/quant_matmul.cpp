@@ -32,6 +32,7 @@
 #include "panel_matmul.h"
 #include "parallel.h"
 #include "q5_kernel.h"
+#include "row_runs.h"
 #include "wide_direct_kernel.h"
 
 namespace astrai {
@@ -78,23 +79,6 @@ void direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w, int6
   }
 }
 
-// The last pass of in_passes: `count` rows (fewer than R + 1) from row r, R fixed at compile time.
-template <int R, typename Pass>
-void last_pass(int64_t count, int64_t r, const Pass& pass) {
-  if constexpr (R > 0) {
-    if (count == R) return pass(std::integral_constant<int, R>{}, r);
-    last_pass<R - 1>(count, r, pass);
-  }
-}
-
-// pass(integral_constant<int, R>, first_row) over m rows: kMost rows a pass, then the rest.
-template <int kMost, typename Pass>
-void in_passes(int64_t m, const Pass& pass) {
-  int64_t r = 0;
-  for (; r + kMost <= m; r += kMost) pass(std::integral_constant<int, kMost>{}, r);
-  last_pass<kMost - 1>(m - r, r, pass);
-}
-
 // The rows after their prologue, rounded to 8 bits per block (in parallel, row by row),
 // then each tile's records (or pair of tiles') times all of them, a few rows a pass.
 template <Records kFormat>
@@ -120,15 +104,13 @@ void int8_direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w,
     const uint8_t* records = w + t * run;
     float* o = out + t * kTile;
     const float* start = init == nullptr ? nullptr : init + t * kTile;
-    auto pass = [&](auto rows_in_pass, int64_t r) {
-      constexpr int R = decltype(rows_in_pass)::value;
+    in_runs_of<4>(m, [&]<int R>(int64_t r) {
       if constexpr (int8_only(kFormat)) {
         five_bit_tile<kFormat == Records::kQ5_1, R>(records, blocks, rows, r, o, start, stride);
       } else {
         int8_tile<kFormat == Records::kQ8_0, R>(records, blocks, rows, r, o, start, stride);
       }
-    };
-    in_passes<4>(m, pass);
+    });
   };
 #endif
 #if defined(ASTRAI_INT8_ZMM)
@@ -144,8 +126,7 @@ void int8_direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w,
       }
       float* o = out + t * kTile;
       const float* start = init == nullptr ? nullptr : init + t * kTile;
-      in_passes<8>(m, [&](auto rows_in_pass, int64_t r) {
-        constexpr int R = decltype(rows_in_pass)::value;
+      in_runs_of<8>(m, [&]<int R>(int64_t r) {
         int8_tile_pair<kFormat, R>(w + t * run, w + (t + 1) * run, blocks, rows, r, o, start,
                                    stride);
       });
