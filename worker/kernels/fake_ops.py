@@ -74,6 +74,13 @@ def _kquant_gemv(
     return x.new_empty((x.shape[0], out_features), dtype=torch.float32)
 
 
+@torch.library.register_fake("astrai::kquant_tiles")
+def _kquant_tiles(
+    x: torch.Tensor, weight: torch.Tensor, type: int, out_features: int
+) -> torch.Tensor:
+    return x.new_empty((x.shape[0], out_features), dtype=torch.float32)
+
+
 @torch.library.register_fake("astrai::kquant_q6k_group")
 def _kquant_q6k_group(weight: torch.Tensor) -> torch.Tensor:
     return weight.new_empty(weight.shape)

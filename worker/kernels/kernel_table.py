@@ -21,7 +21,7 @@ import torch
 
 from worker.kernels.build import int8_block_kernels_available, native_kernels_available
 from worker.kernels.ggml_build import ggml_isa, ggml_kernels_available
-from worker.kernels.kquant_probe import gemv_isa, gemv_types
+from worker.kernels.kquant_probe import gemv_isa, gemv_types, tiles_available
 
 # Our own block kernels take these GGUF types at any precision; the 5-bit ones with 8-bit
 # activations only (worker/kernels/csrc/q5_kernel.h).
@@ -32,6 +32,10 @@ FIVE_BIT_TYPES = {"Q5_0": "q5_0", "Q5_1": "q5_1"}
 # grouped at load (csrc/kquant_q6k_grouped.h, any rows).
 GEMV_TYPES = {"Q4_K": "ggml", "Q5_K": "ours", "Q6_K": "grouped"}
 KQUANT_PANEL_TYPES = ("Q4_K", "Q6_K")  # the panel kernels' (csrc/kquant_matmul.cpp)
+# The woven gemv types the tile unit also takes, in the gemv's arithmetic (csrc/kquant_tiles.h),
+# 16 columns (two woven groups) a tile.
+TILE_TYPES = ("Q4_K", "Q5_K")
+TILE_COLUMNS = 16
 
 
 class Weight(Protocol):
@@ -68,11 +72,13 @@ class PartRoute:
     """How one weight of a ggml-kernel layer is multiplied: woven by ggml's repack (its
     interleaved kernels; our gemv and panels read those bytes), rows below `panel_from` on our
     8-bit gemv where `gemv` (else ggml's kernel; Q5_K and Q6_K rearranged for it at load),
-    from `panel_from` rows on our panel kernels (0: never)."""
+    from `tiles_from` rows on the gemv's arithmetic on the tile unit, from `panel_from` rows
+    on our panel kernels (0: never)."""
 
     woven: bool
     gemv: bool
     panel_from: int
+    tiles_from: int = 0
 
 
 class KernelTable:
@@ -84,6 +90,7 @@ class KernelTable:
         kquant_panel_rows: Mapping[str, int] | None = None,
         int8_activations: bool = False,
         gemv: bool = True,
+        tiles_rows: int = 0,
     ) -> None:
         self.kquant_panel_rows = dict(kquant_panel_rows or {})
         self.native = native_kernels_available()
@@ -94,6 +101,8 @@ class KernelTable:
         self.int8 = int8_activations and int8_block_kernels_available()
         self.ours = self.native and (self.int8 == int8_activations or not self.ggml)
         self.gemv_types = gemv_types() if gemv else frozenset()
+        # From how many rows the tile unit takes the woven gemv types (the probe's; 0: never).
+        self.tiles_rows = tiles_rows if self.gemv_types and tiles_available() else 0
         self.built: Counter[tuple[str, str]] = Counter()
 
     def layer(self, kinds: Collection[str]) -> LayerRoute:
@@ -123,7 +132,15 @@ class KernelTable:
                     "grouped": True,
                 }[GEMV_TYPES[name]]
             )
-            routes.append(PartRoute(woven, gemv, self._panel_from(weight, woven, gemv)))
+            tiles = gemv and name in TILE_TYPES and weight.rows % TILE_COLUMNS == 0
+            routes.append(
+                PartRoute(
+                    woven,
+                    gemv,
+                    self._panel_from(weight, woven, gemv),
+                    self.tiles_rows if tiles else 0,
+                )
+            )
         return routes
 
     def _panel_from(self, weight: Weight, woven: bool, gemv: bool) -> int:
@@ -140,6 +157,8 @@ class KernelTable:
         """The startup line's words for one weight's route."""
         if route.gemv:
             kernel = f"8-bit gemv ({gemv_isa()})"
+            if route.tiles_from:
+                kernel += f", AMX tiles from {route.tiles_from} rows"
         else:
             kernel = f"ggml {'interleaved' if route.woven else 'vec_dot'} ({ggml_isa()})"
         return (

@@ -50,17 +50,26 @@ def gemv_available(type_name: str = "Q4_K") -> bool:
     return type_name in gemv_types()
 
 
+def tiles_available() -> bool:
+    """Whether woven Q4_K and Q5_K can take the tile unit here (csrc/kquant_tiles.h: AMX-INT8,
+    granted by Linux); not where ASTRAI_KQUANT_TILES=0."""
+    if os.environ.get("ASTRAI_KQUANT_TILES", "1") == "0" or not gemv_available("Q4_K"):
+        return False
+    return bool(torch.ops.astrai.kquant_tiles_available())
+
+
 def gemv_isa() -> str:
     """The instructions our gemv runs on here: its zmm form or its ymm one."""
     return "AVX-512 VNNI" if torch.ops.astrai.kquant_gemv_zmm() else "AVX2"
 
 
 @torch.inference_mode()
-def measure_kquant_rows(measured: dict[str, float]) -> dict[str, int]:
+def measure_kquant_rows(measured: dict[str, float], tiles_rows: int = 0) -> dict[str, int]:
     """Per K-quant type, the fewest rows at which the panel kernel took < 0.95x the time of
-    the kernel fewer rows take (our gemv where there is one, else ggml's); 0: at none of the
-    candidates, and for Q6_K wherever our gemv is (ggml_linear.py's _kernel_layout). Every
-    timing goes into `measured` (ms per matmul)."""
+    the kernel fewer rows take (our gemv where there is one, on the tile unit from
+    `tiles_rows` rows, else ggml's); 0: at none of the candidates, and for Q6_K wherever our
+    gemv is (ggml_linear.py's _kernel_layout). Every timing goes into `measured` (ms per
+    matmul)."""
     ggml, ours = torch.ops.astrai_ggml, torch.ops.astrai
     generator = torch.Generator().manual_seed(0)
     out, width = _SHAPE
@@ -81,8 +90,10 @@ def measure_kquant_rows(measured: dict[str, float]) -> dict[str, int]:
         rows_by_type[name] = 0
         for rows in CANDIDATE_ROWS:
             x = torch.randn(rows, width, generator=generator)
+            tiles = name == "Q4_K" and tiles_rows and rows >= tiles_rows
             if gemv:
-                fewer = [functools.partial(ours.kquant_gemv, x, w, kind, out) for w in weights]
+                op = ours.kquant_tiles if tiles else ours.kquant_gemv
+                fewer = [functools.partial(op, x, w, kind, out) for w in weights]
             else:
                 fewer = [
                     functools.partial(ggml.linear, x, [w], [kind], [out], [woven], None)
@@ -91,9 +102,38 @@ def measure_kquant_rows(measured: dict[str, float]) -> dict[str, int]:
             panel = [functools.partial(ours.kquant_linear, x, w, kind, out) for w in weights]
             fewer_ms = best_ms(functools.partial(run_each, fewer), repeats=3) / _WEIGHTS
             panel_ms = best_ms(functools.partial(run_each, panel), repeats=3) / _WEIGHTS
-            measured[f"{name} {'gemv' if gemv else 'ggml'} {rows} rows"] = fewer_ms
+            fewer_name = "tiles" if tiles else "gemv" if gemv else "ggml"
+            measured[f"{name} {fewer_name} {rows} rows"] = fewer_ms
             measured[f"{name} panel {rows} rows"] = panel_ms
             if panel_ms < 0.95 * fewer_ms:
                 rows_by_type[name] = rows
                 break
     return rows_by_type
+
+
+@torch.inference_mode()
+def measure_tiles_rows(measured: dict[str, float]) -> int:
+    """The fewest rows at which the tile kernel took < 0.95x the gemv's time on woven Q4_K (the
+    same arithmetic, csrc/kquant_tiles.h); 0: at none of the candidates, or no tiles here.
+    Every timing goes into `measured` (ms per matmul)."""
+    if not tiles_available():
+        return 0
+    ggml, ours = torch.ops.astrai_ggml, torch.ops.astrai
+    generator = torch.Generator().manual_seed(1)
+    out, width = _SHAPE
+    kind = KQUANT_TYPES["Q4_K"]
+    if not ggml.can_interleave(kind, out):
+        return 0
+    codes = ggml.quantize(torch.randn(_SHAPE, generator=generator) * 0.02, kind)
+    weights = [ggml.interleave(codes, kind, width) for _ in range(_WEIGHTS)]
+    for rows in CANDIDATE_ROWS:
+        x = torch.randn(rows, width, generator=generator)
+        gemv = [functools.partial(ours.kquant_gemv, x, w, kind, out) for w in weights]
+        tiles = [functools.partial(ours.kquant_tiles, x, w, kind, out) for w in weights]
+        gemv_ms = best_ms(functools.partial(run_each, gemv), repeats=3) / _WEIGHTS
+        tiles_ms = best_ms(functools.partial(run_each, tiles), repeats=3) / _WEIGHTS
+        measured[f"Q4_K gemv {rows} rows"] = gemv_ms
+        measured[f"Q4_K tiles {rows} rows"] = tiles_ms
+        if tiles_ms < 0.95 * gemv_ms:
+            return rows
+    return 0

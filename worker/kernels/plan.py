@@ -33,7 +33,7 @@ from worker.machine.paths import cache_root
 
 log = logging.getLogger(__name__)
 
-PLAN_VERSION = 4  # 4: the K-quant panel kernels against our gemv
+PLAN_VERSION = 5  # 5: the K-quant tile kernel against our gemv
 FLOAT32_LAYOUTS = ("mm", "linear", "mkldnn")
 
 
@@ -50,6 +50,9 @@ class KernelPlan:
     # Per K-quant type ("Q4_K", "Q6_K"): from this many rows on, the panel kernel instead of
     # ggml's (worker/kernels/kquant_probe.py); absent or 0: never.
     kquant_panel_rows: dict[str, int] = field(default_factory=dict)
+    # Woven Q4_K and Q5_K on the tile unit (AMX-INT8) instead of the gemv from this many rows
+    # on, the same arithmetic (worker/kernels/kquant_probe.py); 0: never.
+    kquant_tiles_rows: int = 0
 
     def __post_init__(self) -> None:
         if self.float32_layout not in FLOAT32_LAYOUTS:
@@ -64,6 +67,8 @@ class KernelPlan:
             for name, rows in sorted(self.kquant_panel_rows.items())
         )
         extra = f"; K-quant panels: {kquants}" if kquants else ""
+        if self.kquant_tiles_rows:
+            extra += f"; K-quant tile unit from {self.kquant_tiles_rows} rows"
         return f"block panel kernel {panel}; float32 layers as {self.float32_layout}{extra}"
 
 
@@ -84,6 +89,7 @@ def _cached(path: Path) -> tuple[KernelPlan, bool] | None:
             data["float32_layout"],
             data["measured_ms"],
             {str(k): int(v) for k, v in data.get("kquant_panel_rows", {}).items()},
+            int(data.get("kquant_tiles_rows", 0)),
         )
         return plan, bool(data.get("provisional", False))
     except (OSError, ValueError, KeyError, TypeError):

@@ -53,8 +53,11 @@ class GgmlLinear(nn.Module):
         self.routes = list(routes)
         self.woven = [int(r.woven) for r in routes]
         self.on_gemv = [r.gemv for r in routes]
+        self.tiles_from = [r.tiles_from for r in routes]
         weights = [_kernel_layout(p, r) for p, r in zip(parts, routes, strict=True)]
-        self.segments, self.weights = _segments(weights, [p.type for p in parts], self.on_gemv)
+        self.segments, self.weights = _segments(
+            weights, [p.type for p in parts], self.on_gemv, self.tiles_from
+        )
         self.types = [p.type for p in parts]
         self.type_names = [p.type_name for p in parts]
         self.part_rows = [p.rows for p in parts]
@@ -77,11 +80,7 @@ class GgmlLinear(nn.Module):
         for segment in self.segments:
             first, last = segment.parts
             if segment.gemv:
-                outs.append(
-                    torch.ops.astrai.kquant_gemv(
-                        x, segment.weight, segment.type, segment.weight.shape[0]
-                    )
-                )
+                outs.append(_gemv(x, segment.weight, segment.type, segment.tiles_from))
             else:
                 outs.append(
                     self._op(
@@ -104,7 +103,7 @@ class GgmlLinear(nn.Module):
             if self.part_panel_rows[i] and x.shape[0] >= self.part_panel_rows[i]:
                 outs.append(torch.ops.astrai.kquant_linear(x, weight, kind, rows))
             elif self.on_gemv[i]:
-                outs.append(torch.ops.astrai.kquant_gemv(x, weight, kind, rows))
+                outs.append(_gemv(x, weight, kind, self.tiles_from[i]))
             else:
                 outs.append(self._op(x, [weight], [kind], [rows], [self.woven[i]], None))
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
@@ -118,14 +117,23 @@ class GgmlLinear(nn.Module):
         return f"in={self.in_features}, out={self.out_features}, kind=ggml {kinds}"
 
 
+def _gemv(x: torch.Tensor, weight: torch.Tensor, kind: int, tiles_from: int) -> torch.Tensor:
+    """x times a weight laid out for the gemv: on the tile unit from `tiles_from` rows (the
+    same arithmetic, csrc/kquant_tiles.h), else on the gemv."""
+    if tiles_from and x.shape[0] >= tiles_from:
+        return torch.ops.astrai.kquant_tiles(x, weight, kind, weight.shape[0])
+    return torch.ops.astrai.kquant_gemv(x, weight, kind, weight.shape[0])
+
+
 class Segment(NamedTuple):
-    """Parts [first, last) of a layer; those `gemv` takes (all of type `type`) side by side in
-    one weight."""
+    """Parts [first, last) of a layer; those `gemv` takes (all of type `type`, the tile unit
+    from `tiles_from` rows) side by side in one weight."""
 
     parts: tuple[int, int]
     gemv: bool
     type: int
     weight: torch.Tensor
+    tiles_from: int = 0
 
 
 def _kernel_layout(part: QuantTensor, route: PartRoute) -> torch.Tensor:
@@ -143,12 +151,15 @@ def _kernel_layout(part: QuantTensor, route: PartRoute) -> torch.Tensor:
 
 
 def _segments(
-    weights: list[torch.Tensor], types: list[int], on_gemv: list[bool]
+    weights: list[torch.Tensor], types: list[int], on_gemv: list[bool], tiles_from: list[int]
 ) -> tuple[list[Segment], list[torch.Tensor]]:
     """Runs of parts alike (on ggml's kernels, or on the gemv in one type); a gemv run's
     weights as one tensor (rows stack, woven groups of 8 too), each part then a view of it,
     so nothing is held twice."""
-    keys = [(gemv, kind if gemv else -1) for gemv, kind in zip(on_gemv, types, strict=True)]
+    keys = [
+        (gemv, kind if gemv else -1, tiles)
+        for gemv, kind, tiles in zip(on_gemv, types, tiles_from, strict=True)
+    ]
     segments: list[Segment] = []
     first = 0
     for i in range(1, len(weights) + 1):
@@ -157,7 +168,9 @@ def _segments(
         run = weights[first:i]
         merged = on_gemv[first] and len(run) > 1
         weight = torch.cat(run) if merged else run[0]
-        segments.append(Segment((first, i), on_gemv[first], types[first], weight))
+        segments.append(
+            Segment((first, i), on_gemv[first], types[first], weight, tiles_from[first])
+        )
         if merged:
             weights[first:i] = list(torch.split(weight, [w.shape[0] for w in run]))
         first = i

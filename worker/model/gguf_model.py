@@ -71,7 +71,7 @@ def load_gguf_model(
                 if isinstance(value, QuantTensor)
                 else value.index_select(0, qkv_order)
             )
-    table = KernelTable(plan.kquant_panel_rows, int8_activations)
+    table = KernelTable(plan.kquant_panel_rows, int8_activations, tiles_rows=plan.kquant_tiles_rows)
     with torch.device("meta"):
         model = LlamaModel(config)
     # The norms, copied first: a read of the map maps the pages around it (on recent kernels

@@ -10,7 +10,11 @@ from collections.abc import Callable
 import torch
 
 from worker.kernels.build import native_kernels_available
-from worker.kernels.kquant_probe import kquant_kernels_available, measure_kquant_rows
+from worker.kernels.kquant_probe import (
+    kquant_kernels_available,
+    measure_kquant_rows,
+    measure_tiles_rows,
+)
 from worker.kernels.layout import BlockRecords
 from worker.kernels.plan import FLOAT32_LAYOUTS, KernelPlan
 from worker.model.block_linear import BlockLinear, pack_blocks
@@ -95,5 +99,7 @@ def measure() -> KernelPlan:
             if panel_ms < 0.95 * direct_ms:
                 panel_rows = rows
                 break
-    kquant_rows = measure_kquant_rows(measured) if kquant_kernels_available() else {}
-    return KernelPlan(panel_rows, layout, measured, kquant_rows)
+    kquants = kquant_kernels_available()
+    tiles_rows = measure_tiles_rows(measured) if kquants else 0
+    kquant_rows = measure_kquant_rows(measured, tiles_rows) if kquants else {}
+    return KernelPlan(panel_rows, layout, measured, kquant_rows, tiles_rows)

@@ -52,6 +52,8 @@ enum class Scratch {
   kInt8Scales,
   kInt8Sums,
   kInt8Totals,
+  kTileCodes,
+  kTileScales,
   kCount  // the number of uses
 };
 

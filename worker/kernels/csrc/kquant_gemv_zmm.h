@@ -39,6 +39,44 @@ inline void quantize_row_q8(const float* x, int64_t k, int8_t* codes, float* sca
   }
 }
 
+// Each sub-block's 6-bit scales and minimums of a woven Q4_K super-block's 8 rows (columns of
+// the output): qword b of `scales` (`mins`) holds sub-block b's, a byte per row.
+inline void q4_k_scale_bytes(const uint8_t* super, uint64_t scales[8], uint64_t mins[8]) {
+  // Per sub-block s, bytes 12 s .. + 12 of the 96: words w0 (scales of rows 0-3 and the top
+  // bits of rows 4-7's), w1 (minimums likewise), w2 (low nibbles of rows 4-7's); lane s of
+  // w0, w1, w2 below (lanes 8-15 unused).
+  const __m512i head = _mm512_loadu_si512(super + 32), tail = _mm512_loadu_si512(super + 96);
+  const __m512i three =
+      _mm512_set_epi32(45, 42, 39, 36, 33, 30, 27, 24, 21, 18, 15, 12, 9, 6, 3, 0);
+  const __m512i w0 =
+      _mm512_permutex2var_epi32(head, _mm512_and_si512(three, _mm512_set1_epi32(31)), tail);
+  const __m512i w1 = _mm512_permutex2var_epi32(
+      head, _mm512_and_si512(_mm512_add_epi32(three, _mm512_set1_epi32(1)), _mm512_set1_epi32(31)),
+      tail);
+  const __m512i w2 = _mm512_permutex2var_epi32(
+      head, _mm512_and_si512(_mm512_add_epi32(three, _mm512_set1_epi32(2)), _mm512_set1_epi32(31)),
+      tail);
+  const __m512i six = _mm512_set1_epi8(0x3F), four = _mm512_set1_epi8(0x0F),
+                top = _mm512_set1_epi8(0x30);
+  const __m512i sc_low = _mm512_and_si512(w0, six), mn_low = _mm512_and_si512(w1, six);
+  const __m512i sc_high =
+      _mm512_or_si512(_mm512_and_si512(w2, four), _mm512_and_si512(_mm512_srli_epi32(w0, 2), top));
+  const __m512i mn_high = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), four),
+                                          _mm512_and_si512(_mm512_srli_epi32(w1, 2), top));
+  // Qword s: the 8 rows' bytes of sub-block s (unpack works within 128-bit lanes: the low
+  // half gives sub-blocks 0, 1 | 4, 5, the high half 2, 3 | 6, 7).
+  alignas(64) uint64_t sc[2][8], mn[2][8];
+  _mm512_store_si512(sc[0], _mm512_unpacklo_epi32(sc_low, sc_high));
+  _mm512_store_si512(sc[1], _mm512_unpackhi_epi32(sc_low, sc_high));
+  _mm512_store_si512(mn[0], _mm512_unpacklo_epi32(mn_low, mn_high));
+  _mm512_store_si512(mn[1], _mm512_unpackhi_epi32(mn_low, mn_high));
+  for (int b = 0; b < 8; ++b) {
+    const int half = (b / 2) % 2, at = 2 * (b / 4) + b % 2;
+    scales[b] = sc[half][at];
+    mins[b] = mn[half][at];
+  }
+}
+
 // One super-block's sub-block scales and minimums of a woven group of 8 rows (columns of the
 // output), as integers.
 struct Q4KScales {
@@ -49,44 +87,15 @@ struct Q4KScales {
   __m512i minimum[4];
 
   explicit Q4KScales(const uint8_t* super) {
-    // Per sub-block s, bytes 12 s .. + 12 of the 96: words w0 (scales of rows 0-3 and the top
-    // bits of rows 4-7's), w1 (minimums likewise), w2 (low nibbles of rows 4-7's); lane s of
-    // w0, w1, w2 below (lanes 8-15 unused).
-    const __m512i head = _mm512_loadu_si512(super + 32), tail = _mm512_loadu_si512(super + 96);
-    const __m512i three =
-        _mm512_set_epi32(45, 42, 39, 36, 33, 30, 27, 24, 21, 18, 15, 12, 9, 6, 3, 0);
-    const __m512i w0 =
-        _mm512_permutex2var_epi32(head, _mm512_and_si512(three, _mm512_set1_epi32(31)), tail);
-    const __m512i w1 = _mm512_permutex2var_epi32(
-        head,
-        _mm512_and_si512(_mm512_add_epi32(three, _mm512_set1_epi32(1)), _mm512_set1_epi32(31)),
-        tail);
-    const __m512i w2 = _mm512_permutex2var_epi32(
-        head,
-        _mm512_and_si512(_mm512_add_epi32(three, _mm512_set1_epi32(2)), _mm512_set1_epi32(31)),
-        tail);
-    const __m512i six = _mm512_set1_epi8(0x3F), four = _mm512_set1_epi8(0x0F),
-                  top = _mm512_set1_epi8(0x30);
-    const __m512i sc_low = _mm512_and_si512(w0, six), mn_low = _mm512_and_si512(w1, six);
-    const __m512i sc_high = _mm512_or_si512(_mm512_and_si512(w2, four),
-                                            _mm512_and_si512(_mm512_srli_epi32(w0, 2), top));
-    const __m512i mn_high = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(w2, 4), four),
-                                            _mm512_and_si512(_mm512_srli_epi32(w1, 2), top));
-    // Qword s: the 8 rows' bytes of sub-block s (unpack works within 128-bit lanes: the low
-    // half gives sub-blocks 0, 1 | 4, 5, the high half 2, 3 | 6, 7).
-    alignas(64) uint64_t sc[2][8], mn[2][8];
-    _mm512_store_si512(sc[0], _mm512_unpacklo_epi32(sc_low, sc_high));
-    _mm512_store_si512(sc[1], _mm512_unpackhi_epi32(sc_low, sc_high));
-    _mm512_store_si512(mn[0], _mm512_unpacklo_epi32(mn_low, mn_high));
-    _mm512_store_si512(mn[1], _mm512_unpackhi_epi32(mn_low, mn_high));
+    alignas(64) uint64_t sc[8], mn[8];
+    q4_k_scale_bytes(super, sc, mn);
     const __m128i twice = _mm_set_epi8(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     __m256i each[8];
     __m512i scale[8];
     for (int b = 0; b < 8; ++b) {
-      const int half = (b / 2) % 2, at = 2 * (b / 4) + b % 2;
-      const __m128i bytes = _mm_cvtsi64_si128(static_cast<int64_t>(sc[half][at]));
+      const __m128i bytes = _mm_cvtsi64_si128(static_cast<int64_t>(sc[b]));
       scale[b] = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(bytes, twice));
-      each[b] = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn[half][at])));
+      each[b] = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(mn[b])));
     }
     for (int q = 0; q < 4; ++q)
       scale_pair[q] = _mm512_or_si512(scale[2 * q], _mm512_slli_epi32(scale[2 * q + 1], 16));

@@ -1,0 +1,92 @@
+// The op of kquant_tiles.h: a woven Q4_K or Q5_K weight times many rows on the tile unit, in
+// the 8-bit gemv's arithmetic (kquant_gemv.h), for the rows from which the probe finds it the
+// faster (worker/kernels/kquant_probe.py).
+
+#include "kquant_tiles.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <torch/library.h>
+
+#include <cstdint>
+
+#include "parallel.h"
+
+namespace astrai {
+namespace {
+
+constexpr int64_t kGgmlQ4K = 12;
+constexpr int64_t kGgmlQ5K = 13;
+
+// Whether this build has the kernel and Linux lets this process use the tiles.
+bool kquant_tiles_available() {
+#if defined(ASTRAI_KQUANT_TILES)
+  return amx_ready();
+#else
+  return false;
+#endif
+}
+
+at::Tensor kquant_tiles(const at::Tensor& x_in, const at::Tensor& weight, int64_t type,
+                        int64_t out_features) {
+  TORCH_CHECK(kquant_tiles_available(), "kquant_tiles needs AMX-INT8 (see kquant_tiles_available)");
+  TORCH_CHECK(type == kGgmlQ4K || type == kGgmlQ5K,
+              "kquant_tiles takes woven Q4_K (12) or Q5_K (13), got type ", type);
+  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) % 256 == 0,
+              "x must be (rows, in), in a multiple of 256");
+  const int64_t m = x_in.size(0), k = x_in.size(1), n = out_features;
+#if defined(ASTRAI_KQUANT_TILES)
+  const int64_t bytes = type == kGgmlQ4K ? kQ4KWovenBytes : kQ5KWovenBytes;
+  TORCH_CHECK(weight.scalar_type() == at::kByte && weight.dim() == 2 && weight.is_contiguous() &&
+                  weight.size(0) == n && n % kTileColumns == 0 &&
+                  weight.size(1) == k / kSuperBlock * bytes / kTile,
+              "weight must be a contiguous woven (out_features, row bytes) uint8 tensor, "
+              "out_features a multiple of 16");
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  at::Tensor out = at::empty({m, n}, x.options());
+  if (m == 0) return out;
+  const int64_t padded = (m + kTileRowsInt8 - 1) / kTileRowsInt8 * kTileRowsInt8;
+  // Rows past m stay zero: the tiles read whole 16-row tiles, their sums go nowhere.
+  at::Tensor codes = at::zeros({padded, k}, x.options().dtype(at::kChar));
+  at::Tensor scales = at::empty({m, k / kSuperBlock}, x.options());
+  at::Tensor sums = at::empty({m, k / 16}, x.options().dtype(at::kInt));
+  at::Tensor pair_sums = at::empty({m, k / 64}, x.options().dtype(at::kInt));
+  const float* in = x.data_ptr<float>();
+  parallel_chunks(m, 4, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r)
+      quantize_row_q8(in + r * k, k, codes.data_ptr<int8_t>() + r * k,
+                      scales.data_ptr<float>() + r * (k / kSuperBlock),
+                      sums.data_ptr<int32_t>() + r * (k / 16),
+                      pair_sums.data_ptr<int32_t>() + r * (k / 64));
+  });
+  const QuantizedRows rows{codes.data_ptr<int8_t>(), scales.data_ptr<float>(),
+                           sums.data_ptr<int32_t>(), pair_sums.data_ptr<int32_t>(), k};
+  const uint8_t* w = weight.data_ptr<uint8_t>();
+  float* dst = out.data_ptr<float>();
+  const int64_t supers = k / kSuperBlock, tiles = n / kTileColumns;
+  parallel_chunks(tiles, chunk_for(tiles, kColumnTiles, 16), [&](int64_t first, int64_t last) {
+    if (type == kGgmlQ5K) {
+      tiles_matmul<true>(w, supers, rows, m, first, last, dst, n);
+    } else {
+      tiles_matmul<false>(w, supers, rows, m, first, last, dst, n);
+    }
+  });
+  return out;
+#else
+  return at::empty({m, n}, x_in.options().dtype(at::kFloat));
+#endif
+}
+
+}  // namespace
+
+// x (rows, in) float32 times a woven Q4_K (astrai_ggml::interleave) or Q5_K
+// (kquant_q5k_weave) weight (out, row bytes) uint8 → (rows, out) float32.
+TORCH_LIBRARY_FRAGMENT(astrai, m) {
+  m.def("kquant_tiles(Tensor x, Tensor weight, int type, int out_features) -> Tensor");
+  m.def("kquant_tiles_available() -> bool", &kquant_tiles_available);
+}
+
+TORCH_LIBRARY_IMPL(astrai, CPU, m) { m.impl("kquant_tiles", &kquant_tiles); }
+
+}  // namespace astrai
