@@ -32,9 +32,10 @@ FIVE_BIT_TYPES = {"Q5_0": "q5_0", "Q5_1": "q5_1"}
 # grouped at load (csrc/kquant_q6k_grouped.h, any rows).
 GEMV_TYPES = {"Q4_K": "ggml", "Q5_K": "ours", "Q6_K": "grouped"}
 KQUANT_PANEL_TYPES = ("Q4_K", "Q6_K")  # the panel kernels' (csrc/kquant_matmul.cpp)
-# The woven gemv types the tile unit also takes, in the gemv's arithmetic (csrc/kquant_tiles.h),
-# 16 columns (two woven groups) a tile.
-TILE_TYPES = ("Q4_K", "Q5_K")
+# The gemv types the tile unit also takes, in the gemv's arithmetic (csrc/kquant_tiles.h), 16
+# columns a tile; each from the rows the probe found for the type named (Q5_K is woven as
+# Q4_K is).
+TILE_TYPES = {"Q4_K": "Q4_K", "Q5_K": "Q4_K", "Q6_K": "Q6_K"}
 TILE_COLUMNS = 16
 
 
@@ -90,7 +91,7 @@ class KernelTable:
         kquant_panel_rows: Mapping[str, int] | None = None,
         int8_activations: bool = False,
         gemv: bool = True,
-        tiles_rows: int = 0,
+        tiles_rows: Mapping[str, int] | None = None,
     ) -> None:
         self.kquant_panel_rows = dict(kquant_panel_rows or {})
         self.native = native_kernels_available()
@@ -101,8 +102,9 @@ class KernelTable:
         self.int8 = int8_activations and int8_block_kernels_available()
         self.ours = self.native and (self.int8 == int8_activations or not self.ggml)
         self.gemv_types = gemv_types() if gemv else frozenset()
-        # From how many rows the tile unit takes the woven gemv types (the probe's; 0: never).
-        self.tiles_rows = tiles_rows if self.gemv_types and tiles_available() else 0
+        # From how many rows the tile unit takes each gemv type (the probe's; absent: never).
+        on_tiles = bool(self.gemv_types) and tiles_available()
+        self.tiles_rows = dict(tiles_rows or {}) if on_tiles else {}
         self.built: Counter[tuple[str, str]] = Counter()
 
     def layer(self, kinds: Collection[str]) -> LayerRoute:
@@ -138,7 +140,7 @@ class KernelTable:
                     woven,
                     gemv,
                     self._panel_from(weight, woven, gemv),
-                    self.tiles_rows if tiles else 0,
+                    self.tiles_rows.get(TILE_TYPES[name], 0) if tiles else 0,
                 )
             )
         return routes

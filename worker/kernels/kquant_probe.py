@@ -64,10 +64,12 @@ def gemv_isa() -> str:
 
 
 @torch.inference_mode()
-def measure_kquant_rows(measured: dict[str, float], tiles_rows: int = 0) -> dict[str, int]:
+def measure_kquant_rows(
+    measured: dict[str, float], tiles_rows: dict[str, int] | None = None
+) -> dict[str, int]:
     """Per K-quant type, the fewest rows at which the panel kernel took < 0.95x the time of
-    the kernel fewer rows take (our gemv where there is one, on the tile unit from
-    `tiles_rows` rows, else ggml's); 0: at none of the candidates, and for Q6_K wherever our
+    the kernel fewer rows take (our gemv where there is one, on the tile unit from the type's
+    `tiles_rows`, else ggml's); 0: at none of the candidates, and for Q6_K wherever our
     gemv is (ggml_linear.py's _kernel_layout). Every timing goes into `measured` (ms per
     matmul)."""
     ggml, ours = torch.ops.astrai_ggml, torch.ops.astrai
@@ -90,7 +92,8 @@ def measure_kquant_rows(measured: dict[str, float], tiles_rows: int = 0) -> dict
         rows_by_type[name] = 0
         for rows in CANDIDATE_ROWS:
             x = torch.randn(rows, width, generator=generator)
-            tiles = name == "Q4_K" and tiles_rows and rows >= tiles_rows
+            tiles_from = (tiles_rows or {}).get(name, 0)
+            tiles = bool(tiles_from) and rows >= tiles_from
             if gemv:
                 op = ours.kquant_tiles if tiles else ours.kquant_gemv
                 fewer = [functools.partial(op, x, w, kind, out) for w in weights]
@@ -111,29 +114,42 @@ def measure_kquant_rows(measured: dict[str, float], tiles_rows: int = 0) -> dict
     return rows_by_type
 
 
+# The types whose tile threshold is measured (Q5_K follows Q4_K's: the same woven layout).
+TILE_PROBE_TYPES = ("Q4_K", "Q6_K")
+
+
 @torch.inference_mode()
-def measure_tiles_rows(measured: dict[str, float]) -> int:
-    """The fewest rows at which the tile kernel took < 0.95x the gemv's time on woven Q4_K (the
-    same arithmetic, csrc/kquant_tiles.h); 0: at none of the candidates, or no tiles here.
-    Every timing goes into `measured` (ms per matmul)."""
+def measure_tiles_rows(measured: dict[str, float]) -> dict[str, int]:
+    """Per type of TILE_PROBE_TYPES, the fewest rows at which the tile kernel took < 0.95x the
+    gemv's time (the same arithmetic, csrc/kquant_tiles.h) on the bytes as the gemv reads them
+    (Q4_K woven, Q6_K grouped); 0: at none of the candidates. Empty without tiles here. Every
+    timing goes into `measured` (ms per matmul)."""
     if not tiles_available():
-        return 0
+        return {}
     ggml, ours = torch.ops.astrai_ggml, torch.ops.astrai
     generator = torch.Generator().manual_seed(1)
     out, width = _SHAPE
-    kind = KQUANT_TYPES["Q4_K"]
-    if not ggml.can_interleave(kind, out):
-        return 0
-    codes = ggml.quantize(torch.randn(_SHAPE, generator=generator) * 0.02, kind)
-    weights = [ggml.interleave(codes, kind, width) for _ in range(_WEIGHTS)]
-    for rows in CANDIDATE_ROWS:
-        x = torch.randn(rows, width, generator=generator)
-        gemv = [functools.partial(ours.kquant_gemv, x, w, kind, out) for w in weights]
-        tiles = [functools.partial(ours.kquant_tiles, x, w, kind, out) for w in weights]
-        gemv_ms = best_ms(functools.partial(run_each, gemv), repeats=3) / _WEIGHTS
-        tiles_ms = best_ms(functools.partial(run_each, tiles), repeats=3) / _WEIGHTS
-        measured[f"Q4_K gemv {rows} rows"] = gemv_ms
-        measured[f"Q4_K tiles {rows} rows"] = tiles_ms
-        if tiles_ms < 0.95 * gemv_ms:
-            return rows
-    return 0
+    rows_by_type: dict[str, int] = {}
+    for name in TILE_PROBE_TYPES:
+        kind = KQUANT_TYPES[name]
+        rows_by_type[name] = 0
+        codes = ggml.quantize(torch.randn(_SHAPE, generator=generator) * 0.02, kind)
+        if name == "Q4_K":
+            if not ggml.can_interleave(kind, out):
+                continue
+            codes = ggml.interleave(codes, kind, width)
+        else:
+            codes = ours.kquant_q6k_group(codes)
+        weights = [codes.clone() for _ in range(_WEIGHTS)]
+        for rows in CANDIDATE_ROWS:
+            x = torch.randn(rows, width, generator=generator)
+            gemv = [functools.partial(ours.kquant_gemv, x, w, kind, out) for w in weights]
+            tiles = [functools.partial(ours.kquant_tiles, x, w, kind, out) for w in weights]
+            gemv_ms = best_ms(functools.partial(run_each, gemv), repeats=3) / _WEIGHTS
+            tiles_ms = best_ms(functools.partial(run_each, tiles), repeats=3) / _WEIGHTS
+            measured[f"{name} gemv {rows} rows"] = gemv_ms
+            measured[f"{name} tiles {rows} rows"] = tiles_ms
+            if tiles_ms < 0.95 * gemv_ms:
+                rows_by_type[name] = rows
+                break
+    return rows_by_type

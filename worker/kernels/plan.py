@@ -50,9 +50,10 @@ class KernelPlan:
     # Per K-quant type ("Q4_K", "Q6_K"): from this many rows on, the panel kernel instead of
     # ggml's (worker/kernels/kquant_probe.py); absent or 0: never.
     kquant_panel_rows: dict[str, int] = field(default_factory=dict)
-    # Woven Q4_K and Q5_K on the tile unit (AMX-INT8) instead of the gemv from this many rows
-    # on, the same arithmetic (worker/kernels/kquant_probe.py); 0: never.
-    kquant_tiles_rows: int = 0
+    # Per K-quant type ("Q4_K", also for Q5_K; "Q6_K"): from this many rows on, the tile unit
+    # (AMX-INT8) instead of our gemv, the same arithmetic (worker/kernels/kquant_probe.py);
+    # absent or 0: never.
+    kquant_tiles_rows: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.float32_layout not in FLOAT32_LAYOUTS:
@@ -67,8 +68,10 @@ class KernelPlan:
             for name, rows in sorted(self.kquant_panel_rows.items())
         )
         extra = f"; K-quant panels: {kquants}" if kquants else ""
-        if self.kquant_tiles_rows:
-            extra += f"; K-quant tile unit from {self.kquant_tiles_rows} rows"
+        on_tiles = sorted((name, rows) for name, rows in self.kquant_tiles_rows.items() if rows)
+        tiles = ", ".join(f"{name} from {rows} rows" for name, rows in on_tiles)
+        if tiles:
+            extra += f"; K-quant tile unit: {tiles}"
         return f"block panel kernel {panel}; float32 layers as {self.float32_layout}{extra}"
 
 
@@ -89,7 +92,7 @@ def _cached(path: Path) -> tuple[KernelPlan, bool] | None:
             data["float32_layout"],
             data["measured_ms"],
             {str(k): int(v) for k, v in data.get("kquant_panel_rows", {}).items()},
-            int(data.get("kquant_tiles_rows", 0)),
+            {str(k): int(v) for k, v in data.get("kquant_tiles_rows", {}).items()},
         )
         return plan, bool(data.get("provisional", False))
     except (OSError, ValueError, KeyError, TypeError):

@@ -100,6 +100,6 @@ def measure() -> KernelPlan:
                 panel_rows = rows
                 break
     kquants = kquant_kernels_available()
-    tiles_rows = measure_tiles_rows(measured) if kquants else 0
+    tiles_rows = measure_tiles_rows(measured) if kquants else {}
     kquant_rows = measure_kquant_rows(measured, tiles_rows) if kquants else {}
     return KernelPlan(panel_rows, layout, measured, kquant_rows, tiles_rows)

@@ -1,4 +1,4 @@
-"""The K-quant tile kernel: the gemv's 8-bit arithmetic on the tile unit, and its routing."""
+"""The K-quant tile kernels: the gemv's 8-bit arithmetic on the tile unit, and their routing."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ ROWS = [1, 5, 16, 17, 31, 32, 33, 64, 70]
 SHAPES = [(16, 256), (48, 512), (64, 2048), (80, 768)]
 
 
-@pytest.mark.parametrize("kind", [T.Q4_K, T.Q5_K], ids=lambda k: k.name)
+@pytest.mark.parametrize("kind", [T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda k: k.name)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_the_tiles_compute_what_the_gemv_computes(kind, shape):
     out, k = shape
@@ -40,48 +40,59 @@ def test_the_tiles_compute_what_the_gemv_computes(kind, shape):
         gemv = torch.ops.astrai.kquant_gemv(x, weight, int(kind), out)
         scale = gemv.abs().max()
         # The same integers (each scale folded into the codes, split in two bytes, summed
-        # whole); the floats added in another order.
+        # whole); the floats added in another order (Q6_K: the gemv's per scale group).
         assert (tiles - gemv).abs().max() <= 2e-6 * scale, rows
         assert (tiles - x @ exact.T).abs().max() <= 3e-2 * scale, rows
 
 
 def test_a_layer_takes_the_tiles_from_the_planned_rows_and_the_gemv_below():
-    parts = [part(T.Q4_K, 32, 512, 1), part(T.Q4_K, 8, 512, 2), part(T.Q5_K, 16, 512, 3)]
-    routes = KernelTable(tiles_rows=16).parts(parts)
-    # 8 rows are half a column tile: that part keeps the gemv at every row count.
-    assert [r.tiles_from for r in routes] == [16, 0, 16]
+    parts = [
+        part(T.Q4_K, 32, 512, 1),
+        part(T.Q4_K, 8, 512, 2),
+        part(T.Q5_K, 16, 512, 3),
+        part(T.Q6_K, 16, 512, 6),
+    ]
+    table = KernelTable(tiles_rows={"Q4_K": 16, "Q6_K": 32})
+    routes = table.parts(parts)
+    # 8 rows are half a column tile: that part keeps the gemv at every row count; Q5_K follows
+    # Q4_K's rows (the same woven layout), Q6_K its own.
+    assert [r.tiles_from for r in routes] == [16, 0, 16, 32]
     layer = GgmlLinear(parts, None, routes)
     assert [(s.parts, s.tiles_from) for s in layer.segments] == [
         ((0, 1), 16),
         ((1, 2), 0),
         ((2, 3), 16),
+        ((3, 4), 32),
     ]
-    for rows in (15, 16):
+    ours = torch.ops.astrai
+    for rows in (15, 16, 32):
         x = torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows))
-        op = torch.ops.astrai.kquant_tiles if rows >= 16 else torch.ops.astrai.kquant_gemv
+        woven = ours.kquant_tiles if rows >= 16 else ours.kquant_gemv
+        grouped = ours.kquant_tiles if rows >= 32 else ours.kquant_gemv
         expected = torch.cat(
             [
-                op(x, layer.weights[0], int(T.Q4_K), 32),
-                torch.ops.astrai.kquant_gemv(x, layer.weights[1], int(T.Q4_K), 8),
-                op(x, layer.weights[2], int(T.Q5_K), 16),
+                woven(x, layer.weights[0], int(T.Q4_K), 32),
+                ours.kquant_gemv(x, layer.weights[1], int(T.Q4_K), 8),
+                woven(x, layer.weights[2], int(T.Q5_K), 16),
+                grouped(x, layer.weights[3], int(T.Q6_K), 16),
             ],
             dim=1,
         )
         assert torch.equal(layer(x), expected), rows
-    assert "AMX tiles from 16 rows" in KernelTable(tiles_rows=16).part_kernel(routes[0])
+    assert "AMX tiles from 16 rows" in table.part_kernel(routes[0])
 
 
 def test_the_tiles_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("ASTRAI_KQUANT_TILES", "0")
     assert not tiles_available()
-    routes = KernelTable(tiles_rows=16).parts([part(T.Q4_K, 16, 256, 4)])
+    routes = KernelTable(tiles_rows={"Q4_K": 16}).parts([part(T.Q4_K, 16, 256, 4)])
     assert [r.tiles_from for r in routes] == [0]
 
 
 def test_the_tiles_refuse_what_they_cannot_read():
     q4k = OUR_LAYOUT[T.Q4_K](part(T.Q4_K, 16, 256, 5))
-    with pytest.raises(RuntimeError, match=r"Q4_K .* or Q5_K"):
-        torch.ops.astrai.kquant_tiles(torch.randn(2, 256), q4k, int(T.Q6_K), 16)
+    with pytest.raises(RuntimeError, match=r"Q4_K .* or grouped Q6_K"):
+        torch.ops.astrai.kquant_tiles(torch.randn(2, 256), q4k, int(T.Q8_0), 16)
     with pytest.raises(RuntimeError, match="multiple of 16"):
         torch.ops.astrai.kquant_tiles(torch.randn(2, 256), q4k[:8], int(T.Q4_K), 8)
     with pytest.raises(RuntimeError, match="multiple of 256"):

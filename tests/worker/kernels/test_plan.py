@@ -83,7 +83,7 @@ def test_a_plan_measured_on_a_busy_cpu_is_provisional_until_a_quiet_start(tmp_pa
 def test_the_k_quant_rows_survive_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ASTRAI_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("ASTRAI_KQUANT_PANEL_ROWS", raising=False)
-    fixed = KernelPlan(16, "mm", {}, {"Q4_K": 16, "Q6_K": 0})
+    fixed = KernelPlan(16, "mm", {}, {"Q4_K": 16, "Q6_K": 0}, {"Q4_K": 16, "Q6_K": 32})
     monkeypatch.setattr(plan_module, "cpu_busy", lambda: False)
     plan_module.kernel_plan.cache_clear()
     try:
@@ -93,7 +93,9 @@ def test_the_k_quant_rows_survive_the_cache(tmp_path, monkeypatch):
     finally:
         plan_module.kernel_plan.cache_clear()
     assert again.kquant_panel_rows == {"Q4_K": 16, "Q6_K": 0}
+    assert again.kquant_tiles_rows == {"Q4_K": 16, "Q6_K": 32}
     assert "K-quant panels: Q4_K from 16 rows, Q6_K never" in again.describe()
+    assert "K-quant tile unit: Q4_K from 16 rows, Q6_K from 32 rows" in again.describe()
 
 
 @pytest.mark.parametrize(

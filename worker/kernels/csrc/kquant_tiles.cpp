@@ -1,8 +1,6 @@
-// The op of kquant_tiles.h: a woven Q4_K or Q5_K weight times many rows on the tile unit, in
-// the 8-bit gemv's arithmetic (kquant_gemv.h), for the rows from which the probe finds it the
-// faster (worker/kernels/kquant_probe.py).
-
-#include "kquant_tiles.h"
+// The op of kquant_tiles.h: a K-quant weight laid out for the gemv (Q4_K and Q5_K woven, Q6_K
+// grouped) times many rows on the tile unit, in the 8-bit gemv's arithmetic (kquant_gemv.h),
+// for the rows from which the probe finds it the faster (worker/kernels/kquant_probe.py).
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -11,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kquant_tiles_q6k.h"
+#include "kquant_tiles_woven.h"
 #include "parallel.h"
 
 namespace astrai {
@@ -18,6 +18,7 @@ namespace {
 
 constexpr int64_t kGgmlQ4K = 12;
 constexpr int64_t kGgmlQ5K = 13;
+constexpr int64_t kGgmlQ6K = 14;
 
 // Whether this build has the kernel and Linux lets this process use the tiles.
 bool kquant_tiles_available() {
@@ -31,17 +32,22 @@ bool kquant_tiles_available() {
 at::Tensor kquant_tiles(const at::Tensor& x_in, const at::Tensor& weight, int64_t type,
                         int64_t out_features) {
   TORCH_CHECK(kquant_tiles_available(), "kquant_tiles needs AMX-INT8 (see kquant_tiles_available)");
-  TORCH_CHECK(type == kGgmlQ4K || type == kGgmlQ5K,
-              "kquant_tiles takes woven Q4_K (12) or Q5_K (13), got type ", type);
+  TORCH_CHECK(type == kGgmlQ4K || type == kGgmlQ5K || type == kGgmlQ6K,
+              "kquant_tiles takes woven Q4_K (12), woven Q5_K (13) or grouped Q6_K (14), got "
+              "type ",
+              type);
   TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) % 256 == 0,
               "x must be (rows, in), in a multiple of 256");
   const int64_t m = x_in.size(0), k = x_in.size(1), n = out_features;
 #if defined(ASTRAI_KQUANT_TILES)
-  const int64_t bytes = type == kGgmlQ4K ? kQ4KWovenBytes : kQ5KWovenBytes;
+  const int64_t bytes = type == kGgmlQ4K   ? kQ4KWovenBytes / kTile
+                        : type == kGgmlQ5K ? kQ5KBytes
+                                           : kQ6KBytes;
   TORCH_CHECK(weight.scalar_type() == at::kByte && weight.dim() == 2 && weight.is_contiguous() &&
                   weight.size(0) == n && n % kTileColumns == 0 &&
-                  weight.size(1) == k / kSuperBlock * bytes / kTile,
-              "weight must be a contiguous woven (out_features, row bytes) uint8 tensor, "
+                  weight.size(1) == k / kSuperBlock * bytes,
+              "weight must be a contiguous (out_features, row bytes) uint8 tensor laid out for the "
+              "gemv, "
               "out_features a multiple of 16");
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   at::Tensor out = at::empty({m, n}, x.options());
@@ -66,10 +72,12 @@ at::Tensor kquant_tiles(const at::Tensor& x_in, const at::Tensor& weight, int64_
   float* dst = out.data_ptr<float>();
   const int64_t supers = k / kSuperBlock, tiles = n / kTileColumns;
   parallel_chunks(tiles, chunk_for(tiles, kColumnTiles, 16), [&](int64_t first, int64_t last) {
-    if (type == kGgmlQ5K) {
-      tiles_matmul<true>(w, supers, rows, m, first, last, dst, n);
+    if (type == kGgmlQ4K) {
+      tiles_matmul<WovenTiles<false>>(w, supers, rows, m, first, last, dst, n);
+    } else if (type == kGgmlQ5K) {
+      tiles_matmul<WovenTiles<true>>(w, supers, rows, m, first, last, dst, n);
     } else {
-      tiles_matmul<false>(w, supers, rows, m, first, last, dst, n);
+      tiles_matmul<Q6KTiles>(w, supers, rows, m, first, last, dst, n);
     }
   });
   return out;
@@ -81,7 +89,8 @@ at::Tensor kquant_tiles(const at::Tensor& x_in, const at::Tensor& weight, int64_
 }  // namespace
 
 // x (rows, in) float32 times a woven Q4_K (astrai_ggml::interleave) or Q5_K
-// (kquant_q5k_weave) weight (out, row bytes) uint8 → (rows, out) float32.
+// (kquant_q5k_weave) or a grouped Q6_K (kquant_q6k_group) weight (out, row bytes) uint8 →
+// (rows, out) float32.
 TORCH_LIBRARY_FRAGMENT(astrai, m) {
   m.def("kquant_tiles(Tensor x, Tensor weight, int type, int out_features) -> Tensor");
   m.def("kquant_tiles_available() -> bool", &kquant_tiles_available);
