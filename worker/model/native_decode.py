@@ -164,13 +164,15 @@ def stack_layers(model: NativeModel) -> StackedLayers | None:
 
 
 def _ggml_parts(linear: GgmlLinear) -> list[tuple[torch.Tensor, tuple[int, int, int, int]]]:
-    """A GgmlLinear's weights in its forward's order: a gemv segment as one weight, each of
-    ggml's parts as its own (consecutive ones are multiplied in one call)."""
+    """A GgmlLinear's weights in its forward's order: a gemv segment as one weight (its last
+    field the rows from which the tile unit takes it), each of ggml's parts as its own
+    (consecutive ones are multiplied in one call)."""
     found = []
     for segment in linear.segments:
         if segment.gemv:
             weight = segment.weight
-            found.append((weight, (_KQUANT_GEMV, segment.type, weight.shape[0], 0)))
+            fields = (_KQUANT_GEMV, segment.type, weight.shape[0], segment.tiles_from)
+            found.append((weight, fields))
             continue
         first, last = segment.parts
         for i in range(first, last):

@@ -44,13 +44,16 @@ enum class PartKind : int64_t {
   kQ5_0RecordsInt8 = 6,
   kQ5_1RecordsInt8 = 7,
 };
-constexpr int64_t kPartFields = 5;   // linear index, kind, ggml type, out_features, woven
+// Per part: linear index, kind, ggml type, out_features, and for a ggml part whether it is
+// woven, for a gemv part the rows from which the tile unit takes it (0: never).
+constexpr int64_t kPartFields = 5;
 constexpr int kLinearsPerLayer = 4;  // qkv, o, gate_up, down
 
 struct Part {
   at::Tensor weight;
   PartKind kind;
   int64_t type, out_features, woven;
+  int64_t tiles_from() const { return woven; }  // a gemv part's fifth field
 };
 
 using Linear = std::vector<Part>;
@@ -133,7 +136,10 @@ at::Tensor apply(const Linear& linear, const at::Tensor& x, const c10::optional<
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < linear.size();) {
     if (linear[i].kind == PartKind::kKquantGemv) {
-      outs.push_back(kquant_gemv(in, linear[i].weight, linear[i].type, linear[i].out_features));
+      const Part& part = linear[i];
+      const bool tiles = part.tiles_from() > 0 && in.size(0) >= part.tiles_from();
+      outs.push_back(tiles ? kquant_tiles(in, part.weight, part.type, part.out_features)
+                           : kquant_gemv(in, part.weight, part.type, part.out_features));
       ++i;
       continue;
     }

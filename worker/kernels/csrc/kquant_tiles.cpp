@@ -11,6 +11,7 @@
 
 #include "kquant_tiles_q6k.h"
 #include "kquant_tiles_woven.h"
+#include "ops.h"
 #include "parallel.h"
 
 namespace astrai {
@@ -28,6 +29,8 @@ bool kquant_tiles_available() {
   return false;
 #endif
 }
+
+}  // namespace
 
 at::Tensor kquant_tiles(const at::Tensor& x_in, const at::Tensor& weight, int64_t type,
                         int64_t out_features) {
@@ -85,8 +88,6 @@ at::Tensor kquant_tiles(const at::Tensor& x_in, const at::Tensor& weight, int64_
   return at::empty({m, n}, x_in.options().dtype(at::kFloat));
 #endif
 }
-
-}  // namespace
 
 // x (rows, in) float32 times a woven Q4_K (astrai_ggml::interleave) or Q5_K
 // (kquant_q5k_weave) or a grouped Q6_K (kquant_q6k_group) weight (out, row bytes) uint8 →

@@ -29,4 +29,8 @@ at::Tensor decode_attention(const at::Tensor& qkv, const at::Tensor& positions,
 at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t type,
                        int64_t out_features);
 
+// The same on the tile unit (AMX-INT8; kquant_tiles.h), for the rows the probe chose.
+at::Tensor kquant_tiles(const at::Tensor& x_in, const at::Tensor& weight, int64_t type,
+                        int64_t out_features);
+
 }  // namespace astrai
