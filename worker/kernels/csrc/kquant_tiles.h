@@ -8,10 +8,10 @@
 //
 // How the sub-block scales stay exact: ggml sums, per super-block, scale_b x (codes . x) over
 // its sub-blocks in integers. Each code times its sub-block's scale (Q4_K at most 15 x 63,
-// Q5_K 31 x 63, Q6_K 63 x -128) is split as 64 high + low, low 0..63 and high a signed byte;
-// the tiles sum x . high and x . low over the whole super-block, and 64 high + low is ggml's
-// integer sum. So a super-block's products stay in the tiles, leaving them once for the
-// float32 scales, where a tile store per sub-block (its reload waits on the store) cost four
+// Q5_K 31 x 63, Q6_K (code - 32) x scale at most 32 x 128) is split as 64 high + low, low 0..63 and
+// high a signed byte; the tiles sum x . high and x . low over the whole super-block, and 64 high +
+// low is ggml's integer sum. So a super-block's products stay in the tiles, leaving them once for
+// the float32 scales, where a tile store per sub-block (its reload waits on the store) cost four
 // times the product.
 //
 // Layout: the A tiles are the activation rows' codes as they lie (16 rows x 64 bytes, the
@@ -59,13 +59,15 @@ struct ScaledCodes {
 };
 
 // A B-tile row of codes (16 columns x 4, unsigned) times its columns' scales (`scale`: byte 0
-// of dword n column n's, as a signed byte; the others 0), split into 64 high + low, into the
-// high and low tiles' rows.
-inline void store_scaled(__m512i codes, __m512i scale, uint8_t* high, uint8_t* low) {
+// of dword n column n's, as a signed byte; the others 0), less `offset` (16-bit words: each
+// column's offset x scale, in both of its dword's words; Q6_K's codes are stored plus 32),
+// split into 64 high + low, into the high and low tiles' rows.
+inline void store_scaled(__m512i codes, __m512i scale, __m512i offset, uint8_t* high,
+                         uint8_t* low) {
   const __m512i even = _mm512_or_si512(scale, _mm512_slli_epi32(scale, 16));  // (s, 0, s, 0)
   const __m512i odd = _mm512_slli_epi32(even, 8);                             // (0, s, 0, s)
-  const __m512i first = _mm512_maddubs_epi16(codes, even),
-                second = _mm512_maddubs_epi16(codes, odd);
+  const __m512i first = _mm512_sub_epi16(_mm512_maddubs_epi16(codes, even), offset);
+  const __m512i second = _mm512_sub_epi16(_mm512_maddubs_epi16(codes, odd), offset);
   const __m512i six = _mm512_set1_epi16(63), byte = _mm512_set1_epi16(0xFF);
   const __m512i lows = _mm512_or_si512(_mm512_and_si512(first, six),
                                        _mm512_slli_epi16(_mm512_and_si512(second, six), 8));

@@ -2,8 +2,8 @@
 // 16 weight rows, each its own grouped super-block. Per super-block their code vectors (dword
 // l of vector j: inputs 16 l + 4 j .. + 3) and scales are transposed 16 x 16 so that dword c
 // is column c's; B tile row p of run q is then dword row 4 q + p / 4 of vector p % 4. The
-// codes' offset of 32 is taken back per row as 32 x sum over groups of scale x the row's
-// inputs' sum, as the gemv does.
+// codes' offset of 32 comes off each scaled code in 16 bits ((code - 32) x scale), so the
+// tiles' sums are ggml's integer sums as they are.
 #pragma once
 
 #include <cstdint>
@@ -16,11 +16,9 @@
 namespace astrai {
 
 struct Q6KTiles {
-  // One super-block of one column tile: the scaled codes, each column's scales of groups 2p
-  // and 2p + 1 as 16-bit pairs, and d.
+  // One super-block of one column tile: the scaled codes and d.
   struct Tile {
     ScaledCodes codes;
-    __m512i scale_pair[8];
     __m512 d;
   };
 
@@ -41,32 +39,23 @@ struct Q6KTiles {
                   reinterpret_cast<float*>(by_group[v][0]), 16);
     tile.d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d)));
     const __m512i word = _mm512_set1_epi32(0xFFFF), byte = _mm512_set1_epi32(0xFF);
-    for (int p = 0; p < 8; ++p)
-      tile.scale_pair[p] =
-          _mm512_or_si512(_mm512_and_si512(_mm512_load_si512(by_group[4][2 * p]), word),
-                          _mm512_slli_epi32(_mm512_load_si512(by_group[4][2 * p + 1]), 16));
-    for (int64_t q = 0; q < kRuns; ++q) {
-      for (int64_t r = 0; r < 16; ++r) {
-        const int64_t group = 4 * q + r / 4;
-        store_scaled(_mm512_load_si512(by_group[r % 4][group]),
-                     _mm512_and_si512(_mm512_load_si512(by_group[4][group]), byte),
+    for (int64_t group = 0; group < 16; ++group) {
+      const __m512i scale = _mm512_load_si512(by_group[4][group]);  // int32 lanes
+      // 32 x the scale in both 16-bit words of each column's dword.
+      const __m512i offset = _mm512_slli_epi16(
+          _mm512_or_si512(_mm512_and_si512(scale, word), _mm512_slli_epi32(scale, 16)), 5);
+      const int64_t q = group / 4;
+      for (int64_t j = 0; j < 4; ++j) {
+        const int64_t r = 4 * (group % 4) + j;  // B tile row of run q
+        store_scaled(_mm512_load_si512(by_group[j][group]), _mm512_and_si512(scale, byte), offset,
                      tile.codes.high[q] + 64 * r, tile.codes.low[q] + 64 * r);
       }
     }
   }
 
-  // acc + the row's super-block: d x_scale (total - 32 sum over groups of scale x the row's
-  // inputs' sum).
+  // acc + the row's super-block: d x_scale total.
   static __m512 add_row(const Tile& tile, const QuantizedRows& x, int64_t row, int64_t s,
                         __m512i total, __m512 acc) {
-    // The 16 sums of 16 inputs (each within 16 x 127) as 16-bit pairs: dword p, groups 2p, 2p + 1.
-    alignas(32) int32_t pairs[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(pairs),
-                       _mm512_cvtepi32_epi16(_mm512_loadu_si512(x.row_sums(row, s))));
-    __m512i offset = _mm512_setzero_si512();
-    for (int p = 0; p < 8; ++p)
-      offset = _mm512_dpwssd_epi32(offset, tile.scale_pair[p], _mm512_set1_epi32(pairs[p]));
-    total = _mm512_sub_epi32(total, _mm512_slli_epi32(offset, 5));
     const __m512 dx = _mm512_mul_ps(tile.d, _mm512_set1_ps(x.scale(row, s)));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), dx, acc);
   }

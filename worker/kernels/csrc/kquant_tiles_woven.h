@@ -49,7 +49,7 @@ struct WovenTiles {
                           _mm512_slli_epi32(bytes16(mn[0][2 * p + 1], mn[1][2 * p + 1]), 16));
     tile.d = halves16(left, right);
     tile.dmin = halves16(left + 16, right + 16);
-    const __m512i nibble = _mm512_set1_epi8(0x0F);
+    const __m512i nibble = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
     const __m512i even =
         _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
@@ -72,9 +72,9 @@ struct WovenTiles {
         }
         for (int h = 0; h < 2; ++h) {
           const int64_t row = 64 * (8 * h + 2 * J);
-          store_scaled(_mm512_permutex2var_epi32(codes[0][h], even, codes[1][h]), scale[h],
+          store_scaled(_mm512_permutex2var_epi32(codes[0][h], even, codes[1][h]), scale[h], zero,
                        tile.codes.high[q] + row, tile.codes.low[q] + row);
-          store_scaled(_mm512_permutex2var_epi32(codes[0][h], odd, codes[1][h]), scale[h],
+          store_scaled(_mm512_permutex2var_epi32(codes[0][h], odd, codes[1][h]), scale[h], zero,
                        tile.codes.high[q] + row + 64, tile.codes.low[q] + row + 64);
         }
       });
