@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import shutil
@@ -146,7 +147,9 @@ class Server:
                 status, body = http_json(f"{self.url}/health", timeout=2)
                 if (wanted == 0 and status in (200, 503)) or body.get("workers", 0) >= wanted:
                     return self
-            except OSError:
+            # Not up yet, or another process holds the port (a ZeroMQ socket answers with its
+            # greeting, a bad status line): the server then exits and is started again above.
+            except (OSError, http.client.HTTPException):
                 pass
             time.sleep(0.05)
         self.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import http.client
 import json
 import os
 import signal
@@ -118,14 +119,15 @@ def _spawn(command: ChildCommand) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, preexec_fn=_die_with_parent)
 
 
-def _workers_ready(url: str) -> int | None:
-    """The workers the gateway counts; None while it does not answer."""
+def workers_ready(url: str) -> int | None:
+    """The workers the gateway counts; None while it does not answer (or something else on
+    its port answers in another protocol: a ZeroMQ socket's greeting is no HTTP status line)."""
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
             return int(json.loads(response.read()).get("workers", 0))
     except urllib.error.HTTPError as error:  # 503 while no worker is ready
         return 0 if error.code == 503 else None
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
         return None
 
 
@@ -166,7 +168,7 @@ def run_serve(plan: ServePlan, log_level: str) -> int:
         while not stopping:
             # Ready first: a worker that registered and then died is the running loop's to
             # restart, as one dying at any later time is.
-            ready = _workers_ready(url)
+            ready = workers_ready(url)
             if ready is not None and ready >= expected:
                 break
             started = [child for model in preloaded for child in model.children]

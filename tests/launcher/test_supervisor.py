@@ -1,7 +1,10 @@
-"""`astrai serve`'s supervisor: its children's commands and the ready line."""
+"""`astrai serve`'s supervisor: its children's commands, the ready line and the readiness poll."""
+
+import socket
+import threading
 
 from gateway.config import GatewayConfig
-from launcher.supervisor import gateway_command, ready_message
+from launcher.supervisor import gateway_command, ready_message, workers_ready
 
 
 def test_the_ready_line_gives_the_urls_to_use():
@@ -26,3 +29,25 @@ def test_the_gateway_child_runs_the_gateway_package_not_the_launcher():
     assert command.package == "gateway"
     assert command.argv[:2] == ("--log-level", "warning")
     assert "--max-queued=3" in command.argv
+
+
+def test_a_port_answered_in_another_protocol_is_not_ready_yet():
+    # A ZeroMQ socket (another process's ephemeral bind) holding the gateway's port answers
+    # with its greeting; the poll waits (the gateway then exits on the taken port) instead of
+    # raising.
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+
+    def greet() -> None:
+        connection, _ = held.accept()
+        with connection:
+            connection.sendall(b"\xff\x00\x00\x00\x00\x00\x00\x00\x01\x7f")
+
+    thread = threading.Thread(target=greet, daemon=True)
+    thread.start()
+    try:
+        assert workers_ready(f"http://127.0.0.1:{held.getsockname()[1]}") is None
+    finally:
+        thread.join(5)
+        held.close()
