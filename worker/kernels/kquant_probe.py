@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -63,6 +64,27 @@ def gemv_isa() -> str:
     return "AVX-512 VNNI" if torch.ops.astrai.kquant_gemv_zmm() else "AVX2"
 
 
+def _ms_per_matmul(
+    op: Callable[..., torch.Tensor],
+    x: torch.Tensor,
+    weights: list[torch.Tensor],
+    kind: int,
+    out: int,
+) -> float:
+    """The best time of `op(x, weight, kind, out)` per weight, the weights taken in turn so
+    that they stream from memory (ms)."""
+    calls = [functools.partial(op, x, w, kind, out) for w in weights]
+    return best_ms(functools.partial(run_each, calls), repeats=3) / _WEIGHTS
+
+
+def _ggml_linear(
+    x: torch.Tensor, weight: torch.Tensor, kind: int, out: int, woven: int
+) -> torch.Tensor:
+    """ggml's kernel on one weight, as _ms_per_matmul calls the others."""
+    result: torch.Tensor = torch.ops.astrai_ggml.linear(x, [weight], [kind], [out], [woven], None)
+    return result
+
+
 @torch.inference_mode()
 def measure_kquant_rows(
     measured: dict[str, float], tiles_rows: dict[str, int] | None = None
@@ -94,17 +116,11 @@ def measure_kquant_rows(
             x = torch.randn(rows, width, generator=generator)
             tiles_from = (tiles_rows or {}).get(name, 0)
             tiles = bool(tiles_from) and rows >= tiles_from
+            fewer_op: Callable[..., torch.Tensor] = functools.partial(_ggml_linear, woven=woven)
             if gemv:
-                op = ours.kquant_tiles if tiles else ours.kquant_gemv
-                fewer = [functools.partial(op, x, w, kind, out) for w in weights]
-            else:
-                fewer = [
-                    functools.partial(ggml.linear, x, [w], [kind], [out], [woven], None)
-                    for w in weights
-                ]
-            panel = [functools.partial(ours.kquant_linear, x, w, kind, out) for w in weights]
-            fewer_ms = best_ms(functools.partial(run_each, fewer), repeats=3) / _WEIGHTS
-            panel_ms = best_ms(functools.partial(run_each, panel), repeats=3) / _WEIGHTS
+                fewer_op = ours.kquant_tiles if tiles else ours.kquant_gemv
+            fewer_ms = _ms_per_matmul(fewer_op, x, weights, kind, out)
+            panel_ms = _ms_per_matmul(ours.kquant_linear, x, weights, kind, out)
             fewer_name = "tiles" if tiles else "gemv" if gemv else "ggml"
             measured[f"{name} {fewer_name} {rows} rows"] = fewer_ms
             measured[f"{name} panel {rows} rows"] = panel_ms
@@ -143,10 +159,8 @@ def measure_tiles_rows(measured: dict[str, float]) -> dict[str, int]:
         weights = [codes.clone() for _ in range(_WEIGHTS)]
         for rows in CANDIDATE_ROWS:
             x = torch.randn(rows, width, generator=generator)
-            gemv = [functools.partial(ours.kquant_gemv, x, w, kind, out) for w in weights]
-            tiles = [functools.partial(ours.kquant_tiles, x, w, kind, out) for w in weights]
-            gemv_ms = best_ms(functools.partial(run_each, gemv), repeats=3) / _WEIGHTS
-            tiles_ms = best_ms(functools.partial(run_each, tiles), repeats=3) / _WEIGHTS
+            gemv_ms = _ms_per_matmul(ours.kquant_gemv, x, weights, kind, out)
+            tiles_ms = _ms_per_matmul(ours.kquant_tiles, x, weights, kind, out)
             measured[f"{name} gemv {rows} rows"] = gemv_ms
             measured[f"{name} tiles {rows} rows"] = tiles_ms
             if tiles_ms < 0.95 * gemv_ms:

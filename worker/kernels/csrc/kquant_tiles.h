@@ -36,20 +36,9 @@ constexpr int64_t kTileColumns = 16;   // output columns per B tile
 constexpr int64_t kRuns = 4;           // 64-input runs per super-block
 constexpr int64_t kColumnTiles = 2;    // per task: 32 columns
 
-// Tiles 0-1: two row tiles' codes of one run; 2-3: a column tile's high and low parts of it;
-// 4-7: the sums (row tile 0 high, low; row tile 1 high, low). All 16 rows of 64 bytes.
-inline void configure_int8_tiles() {
-  struct alignas(64) {
-    uint8_t palette = 1, start_row = 0, reserved[14] = {};
-    uint16_t bytes_per_row[16] = {};
-    uint8_t rows[16] = {};
-  } config;
-  for (int t = 0; t < 8; ++t) {
-    config.bytes_per_row[t] = 64;
-    config.rows[t] = 16;
-  }
-  _tile_loadconfig(&config);
-}
+// The tiles as amx_panel_kernel.h's configure_tiles sets them, all 16 rows of 64 bytes: 0-1
+// two row tiles' codes of one run; 2-3 a column tile's high and low parts of it; 4-7 the sums
+// (row tile 0 high, low; row tile 1 high, low).
 
 // One super-block of a column tile's scaled codes, per run the B tiles of the high and low
 // parts.
@@ -143,7 +132,7 @@ inline void tiles_matmul(const uint8_t* weights, int64_t supers, const Quantized
   auto* tiles = reinterpret_cast<Tile*>(
       scratch(Scratch::kTileCodes, (supers * kColumnTiles * sizeof(Tile) + 64) / sizeof(float)));
   tiles = reinterpret_cast<Tile*>((reinterpret_cast<uintptr_t>(tiles) + 63) & ~uintptr_t{63});
-  configure_int8_tiles();
+  configure_tiles();
   for (int64_t t0 = first; t0 < last; t0 += kColumnTiles) {
     const int64_t cols = std::min<int64_t>(kColumnTiles, last - t0);
     for (int64_t s = 0; s < supers; ++s)
