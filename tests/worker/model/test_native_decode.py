@@ -21,9 +21,12 @@ from tests.worker.model_factory import (
     write_gguf,
 )
 from tests.worker.native import needs_ggml, needs_native_kernels
+from worker.kernels.kquant_probe import tiles_available
+from worker.kernels.plan import KernelPlan
 from worker.model import native_decode
 from worker.model.block_linear import BlockLinear
 from worker.model.ggml_linear import GgmlLinear
+from worker.model.llama import LlamaModel
 from worker.model.loader import load_model
 from worker.model.model_dir import resolve_model_dir
 
@@ -144,3 +147,42 @@ def test_a_gguf_of_mixed_types_decodes_every_layer_in_one_call(arch, int8, tmp_p
         # The same kernels on the same activations; only the norms' summation order differs.
         assert max_diff(one_call, per_layer) < 1e-3 * per_layer.abs().max().item()
         assert max_diff(cache.k, per_layer_cache.k) < 1e-3 * per_layer_cache.k.abs().max().item()
+
+
+@needs_ggml
+@pytest.mark.skipif(not tiles_available(), reason="the K-quant tile kernels need AMX-INT8")
+@pytest.mark.usefixtures("shared_cache")
+def test_a_decode_step_of_sixteen_rows_takes_the_tiles_in_the_one_call(tmp_path):
+    hf = hf_model("llama", hidden_size=256, intermediate_size=512, head_dim=64)
+    folder = resolve_model_dir(write_gguf(hf, tmp_path / "mixed.gguf", MIXED_TYPES))
+    cpu = torch.device("cpu")
+    models = {
+        rows: load_model(
+            folder,
+            torch.float32,
+            cpu,
+            quantization="gguf",
+            int8_activations=True,
+            plan=KernelPlan(kquant_tiles_rows={"Q4_K": rows, "Q6_K": rows}),
+        )
+        for rows in (16, 0)  # the tiles from 16 rows; never
+    }
+
+    # The one call's K-quant gemv parts (q and k as one Q4_K weight; v and down Q6_K) carry
+    # the rows from which they take the tiles.
+    def tiles_from(model: LlamaModel) -> list[int]:  # per gemv part (kind 3)
+        parts = model.stacked_layers.parts
+        return [parts[i + 4] for i in range(0, len(parts), 5) if parts[i + 1] == 3]
+
+    assert tiles_from(models[16]) == [16, 16, 16]
+    assert tiles_from(models[0]) == [0, 0, 0]
+    seqs = [random_tokens(3, seed=80 + n) for n in range(16)]
+    outputs = []
+    for model in models.values():
+        cache = new_cache(model.config, len(seqs))
+        run(model, cache, *prefill_batch(model.config, [Chunk(s, t) for s, t in enumerate(seqs)]))
+        chunks = [Chunk(s, [11 + s], start=len(t)) for s, t in enumerate(seqs)]
+        outputs.append(run(model, cache, *decode_batch(chunks)))
+    tiles, gemv = outputs
+    # The same integers on the tile unit and in the gemv; the float additions in another order.
+    assert max_diff(tiles, gemv) < 1e-4 * gemv.abs().max().item()
