@@ -53,7 +53,6 @@ enum class Scratch {
   kInt8Sums,
   kInt8Totals,
   kTileCodes,
-  kTileScales,
   kCount  // the number of uses
 };
 

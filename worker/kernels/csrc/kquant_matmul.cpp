@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kquant_activations.h"
 #include "kquant_amx.h"
 #include "kquant_format.h"
 #include "kquant_gemv.h"
@@ -187,25 +188,17 @@ at::Tensor kquant_gemv(const at::Tensor& x_in, const at::Tensor& weight, int64_t
   at::Tensor out = at::empty({m, n}, x.options());
   if (m == 0) return out;
 #if defined(ASTRAI_KQUANT_GEMV)
-  at::Tensor codes = at::empty({m, k}, x.options().dtype(at::kChar));
-  at::Tensor scales = at::empty({m, k / kSuperBlock}, x.options());
-  at::Tensor sums = at::empty({m, k / 16}, x.options().dtype(at::kInt));
-  at::Tensor pair_sums = at::empty({m, k / 64}, x.options().dtype(at::kInt));
+  const QuantizedActivations activations(x, m);
+  const QuantizedRows rows = activations.rows();
   // Q6_K's codes also in its grouped order (kquant_q6k_grouped.h).
   const bool woven = type != kGgmlQ6K;
-  at::Tensor grouped = at::empty({woven ? 0 : m, k}, codes.options());
-  const float* in = x.data_ptr<float>();
-  parallel_chunks(m, 4, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r) {
-      int8_t* row_codes = codes.data_ptr<int8_t>() + r * k;
-      quantize_row_q8(in + r * k, k, row_codes, scales.data_ptr<float>() + r * (k / kSuperBlock),
-                      sums.data_ptr<int32_t>() + r * (k / 16),
-                      pair_sums.data_ptr<int32_t>() + r * (k / 64));
-      if (!woven) group_row_codes(row_codes, k, grouped.data_ptr<int8_t>() + r * k);
-    }
-  });
-  const QuantizedRows rows{codes.data_ptr<int8_t>(), scales.data_ptr<float>(),
-                           sums.data_ptr<int32_t>(), pair_sums.data_ptr<int32_t>(), k};
+  at::Tensor grouped = at::empty({woven ? 0 : m, k}, activations.codes.options());
+  if (!woven) {
+    parallel_chunks(m, 4, [&](int64_t first, int64_t last) {
+      for (int64_t r = first; r < last; ++r)
+        group_row_codes(rows.row_codes(r), k, grouped.data_ptr<int8_t>() + r * k);
+    });
+  }
   const uint8_t* w = weight.data_ptr<uint8_t>();
   float* dst = out.data_ptr<float>();
   const int64_t supers = k / kSuperBlock;

@@ -4,11 +4,11 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <cstdint>
 
+#include "kquant_activations.h"
 #include "kquant_tiles_q6k.h"
 #include "kquant_tiles_woven.h"
 #include "ops.h"
@@ -55,22 +55,10 @@ at::Tensor kquant_tiles(const at::Tensor& x_in, const at::Tensor& weight, int64_
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   at::Tensor out = at::empty({m, n}, x.options());
   if (m == 0) return out;
-  const int64_t padded = (m + kTileRowsInt8 - 1) / kTileRowsInt8 * kTileRowsInt8;
-  // Rows past m stay zero: the tiles read whole 16-row tiles, their sums go nowhere.
-  at::Tensor codes = at::zeros({padded, k}, x.options().dtype(at::kChar));
-  at::Tensor scales = at::empty({m, k / kSuperBlock}, x.options());
-  at::Tensor sums = at::empty({m, k / 16}, x.options().dtype(at::kInt));
-  at::Tensor pair_sums = at::empty({m, k / 64}, x.options().dtype(at::kInt));
-  const float* in = x.data_ptr<float>();
-  parallel_chunks(m, 4, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r)
-      quantize_row_q8(in + r * k, k, codes.data_ptr<int8_t>() + r * k,
-                      scales.data_ptr<float>() + r * (k / kSuperBlock),
-                      sums.data_ptr<int32_t>() + r * (k / 16),
-                      pair_sums.data_ptr<int32_t>() + r * (k / 64));
-  });
-  const QuantizedRows rows{codes.data_ptr<int8_t>(), scales.data_ptr<float>(),
-                           sums.data_ptr<int32_t>(), pair_sums.data_ptr<int32_t>(), k};
+  // Rows past m as zero codes: the tiles read whole 16-row tiles, their sums go nowhere.
+  const QuantizedActivations activations(x,
+                                         (m + kTileRowsInt8 - 1) / kTileRowsInt8 * kTileRowsInt8);
+  const QuantizedRows rows = activations.rows();
   const uint8_t* w = weight.data_ptr<uint8_t>();
   float* dst = out.data_ptr<float>();
   const int64_t supers = k / kSuperBlock, tiles = n / kTileColumns;
