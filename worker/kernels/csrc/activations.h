@@ -53,6 +53,7 @@ enum class Scratch {
   kInt8Sums,
   kInt8Totals,
   kTileCodes,
+  kTileSums,
   kCount  // the number of uses
 };
 

@@ -56,19 +56,30 @@ at::Tensor kquant_tiles(const at::Tensor& x_in, const at::Tensor& weight, int64_
   at::Tensor out = at::empty({m, n}, x.options());
   if (m == 0) return out;
   // Rows past m as zero codes: the tiles read whole 16-row tiles, their sums go nowhere.
-  const QuantizedActivations activations(x,
-                                         (m + kTileRowsInt8 - 1) / kTileRowsInt8 * kTileRowsInt8);
+  const int64_t row_tiles = (m + kTileRowsInt8 - 1) / kTileRowsInt8;
+  const QuantizedActivations activations(x, row_tiles * kTileRowsInt8);
   const QuantizedRows rows = activations.rows();
+  const at::Tensor tiled_codes =
+      at::empty({row_tiles * kTileRowsInt8, k}, activations.codes.options());
+  const TiledCodes codes{tiled_codes.data_ptr<int8_t>(), k / kSuperBlock};
+  at::Tensor row_scales;
+  if (type == kGgmlQ6K) {
+    codes.fill_grouped_columns(rows, row_tiles);
+    row_scales = at::zeros({k / kSuperBlock, row_tiles * kTileRowsInt8}, x.options());
+    row_scales.narrow(1, 0, m).copy_(activations.scales.t());
+  } else {
+    codes.fill(rows, row_tiles);
+  }
   const uint8_t* w = weight.data_ptr<uint8_t>();
   float* dst = out.data_ptr<float>();
   const int64_t supers = k / kSuperBlock, tiles = n / kTileColumns;
   parallel_chunks(tiles, chunk_for(tiles, kColumnTiles, 16), [&](int64_t first, int64_t last) {
     if (type == kGgmlQ4K) {
-      tiles_matmul<WovenTiles<false>>(w, supers, rows, m, first, last, dst, n);
+      tiles_matmul<WovenTiles<false>>(w, supers, rows, codes, m, first, last, dst, n);
     } else if (type == kGgmlQ5K) {
-      tiles_matmul<WovenTiles<true>>(w, supers, rows, m, first, last, dst, n);
+      tiles_matmul<WovenTiles<true>>(w, supers, rows, codes, m, first, last, dst, n);
     } else {
-      tiles_matmul<Q6KTiles>(w, supers, rows, m, first, last, dst, n);
+      q6k_tiles_matmul(w, supers, codes, row_scales.data_ptr<float>(), m, first, last, dst, n);
     }
   });
   return out;

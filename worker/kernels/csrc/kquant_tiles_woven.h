@@ -54,8 +54,8 @@ struct WovenTiles {
         _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     for (int64_t q = 0; q < kRuns; ++q) {  // sub-blocks 2q (low nibbles) and 2q + 1 (high)
-      const __m512i scale[2] = {bytes16(sc[0][2 * q], sc[1][2 * q]),
-                                bytes16(sc[0][2 * q + 1], sc[1][2 * q + 1])};
+      const ByteScales scale[2] = {ByteScales(bytes16(sc[0][2 * q], sc[1][2 * q])),
+                                   ByteScales(bytes16(sc[0][2 * q + 1], sc[1][2 * q + 1]))};
       for_each_index<4>([&]<int J>() {
         const __m512i a = _mm512_loadu_si512(left + 128 + 256 * q + 64 * J);
         const __m512i b = _mm512_loadu_si512(right + 128 + 256 * q + 64 * J);
@@ -81,18 +81,39 @@ struct WovenTiles {
     }
   }
 
-  // acc + the row's super-block: d x_scale total - dmin x_scale sum over sub-blocks of the
-  // minimum times the row's inputs' sum.
-  static __m512 add_row(const Tile& tile, const QuantizedRows& x, int64_t row, int64_t s,
-                        __m512i total, __m512 acc) {
-    const __m512 xs = _mm512_set1_ps(x.scale(row, s));
-    const int32_t* pairs = x.row_pair_sums(row, s);
-    __m512i m = _mm512_setzero_si512();
-    for (int p = 0; p < 4; ++p)
-      m = _mm512_dpwssd_epi32(m, tile.min_pair[p], _mm512_set1_epi32(pairs[p]));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(tile.d, xs), acc);
-    return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(tile.dmin, xs), acc);
-  }
+  // kCols column tiles' factors, held in registers across a super-block's rows.
+  template <int kCols>
+  struct Columns {
+    __m512i min_pair[kCols][4];
+    __m512 d[kCols], dmin[kCols];
+
+    explicit Columns(const Tile* tiles) {
+      for (int c = 0; c < kCols; ++c) {
+        for (int p = 0; p < 4; ++p) min_pair[c][p] = tiles[c].min_pair[p];
+        d[c] = tiles[c].d;
+        dmin[c] = tiles[c].dmin;
+      }
+    }
+
+    // out[16 c ..] (+)= the row's super-block s: d x_scale total - dmin x_scale sum over
+    // sub-blocks of the minimum times the row's inputs' sum.
+    void add_row(const QuantizedRows& x, int64_t row, int64_t s, const __m512i* total, float* out,
+                 bool first) const {
+      const __m512 xs = _mm512_set1_ps(x.scale(row, s));
+      const int32_t* pairs = x.row_pair_sums(row, s);
+      __m512i pair[4];
+      for (int p = 0; p < 4; ++p) pair[p] = _mm512_set1_epi32(pairs[p]);
+      for (int c = 0; c < kCols; ++c) {
+        __m512i m = _mm512_setzero_si512();
+        for (int p = 0; p < 4; ++p) m = _mm512_dpwssd_epi32(m, min_pair[c][p], pair[p]);
+        float* o = out + kTileColumns * c;
+        __m512 acc = first ? _mm512_setzero_ps() : _mm512_loadu_ps(o);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[c]), _mm512_mul_ps(d[c], xs), acc);
+        acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dmin[c], xs), acc);
+        _mm512_storeu_ps(o, acc);
+      }
+    }
+  };
 };
 
 }  // namespace astrai
