@@ -24,7 +24,7 @@ from worker.kernels.timing import best_ms, run_each
 # ggml type ids of the K-quants the panel kernels read, and of those our gemv reads.
 KQUANT_TYPES = {"Q4_K": 12, "Q6_K": 14}
 GEMV_TYPE_IDS = {"Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
-CANDIDATE_ROWS = (8, 16, 32, 64)
+CANDIDATE_ROWS = (8, 12, 16, 32, 64)
 _SHAPE = (512, 2048)  # (out, in): a projection of a 1 B-class model, whole super-blocks
 _WEIGHTS = 6  # distinct weights timed in turn (~3.5 MB of Q4_K), so that they stream
 
