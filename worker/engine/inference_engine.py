@@ -30,7 +30,12 @@ from worker.engine.rerank_api import RerankAPI
 from worker.engine.runner import ModelRunner
 from worker.engine.scheduler_config import SchedulerConfig
 from worker.engine.sequence import EventSink
-from worker.engine.speculation import DecodeCost, ServedDecodeCost, measure_decode_cost
+from worker.engine.speculation import (
+    PROBE_SLOTS,
+    DecodeCost,
+    ServedDecodeCost,
+    measure_decode_cost,
+)
 from worker.kv.disk_tier import NO_DISK_TIER
 from worker.kv.kv_rows import KV_DTYPES, dtype_name
 from worker.machine.heap import release_freed_heap
@@ -178,8 +183,7 @@ class InferenceEngine(GenerationAPI, EmbeddingAPI, RerankAPI):
     def _measure_decode_cost(self, runner: ModelRunner, device: torch.device) -> DecodeCost:
         cost = measure_decode_cost(runner.forward_batch, device)
         # The probe wrote k/v into rows no sequence owns yet; leave them as they were.
-        self.cache.storage.k.zero_()
-        self.cache.storage.v.zero_()
+        self.cache.storage.clear_slots(PROBE_SLOTS)
         log.info(
             "decode step by rows fed (drafted tokens are fed where that pays): %s",
             ", ".join(

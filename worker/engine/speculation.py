@@ -38,6 +38,8 @@ _STEP_WEIGHT = 0.1  # weight of each served step in its row count's measured/pro
 _PROBE_CONTEXT = 64
 # Few rows finely: there the step turns from memory bound to compute bound on a CPU.
 _PROBE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16)
+# The cache's flat slots the probe writes lie below this.
+PROBE_SLOTS = _PROBE_CONTEXT + max(_PROBE_ROWS)
 
 # One decode forward as ModelRunner.forward_batch runs it: (input_ids, batch) → logits.
 ForwardFn = Callable[[torch.Tensor, ForwardBatch], torch.Tensor]
@@ -198,8 +200,8 @@ class DraftState:
 def measure_decode_cost(forward: ForwardFn, device: torch.device, repeats: int = 2) -> DecodeCost:
     """Time decode forwards of _PROBE_ROWS rows of one sequence.
 
-    The rows write k/v into the cache's first slots, which no sequence owns yet: the caller
-    clears them afterwards.
+    The rows write k/v into the cache's slots below PROBE_SLOTS, which no sequence owns yet:
+    the caller clears them afterwards.
     """
     seconds = [_best_time(forward, rows, device, repeats) for rows in _PROBE_ROWS]
     # Noise must not make a row count look cheaper than a smaller one.

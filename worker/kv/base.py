@@ -123,6 +123,13 @@ class KVStorage:
     def bytes_reserved(self) -> int:
         return 2 * self.k.numel() * self.k.element_size()
 
+    def clear_slots(self, slots: int) -> None:
+        """Zeros in the k/v rows of flat slots [0, slots) of every layer (whole pages), and
+        nowhere else: zeroing the rest would make all of the cache resident."""
+        pages = -(-slots // self.k.shape[2])
+        self.k[:, :pages].zero_()
+        self.v[:, :pages].zero_()
+
     def page_payload(self, page: int) -> torch.Tensor:
         """A copy of one page's k and v rows in every layer, (2, layers, page_size, kv_heads,
         head_dim): what the disk tier writes."""

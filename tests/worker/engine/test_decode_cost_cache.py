@@ -9,7 +9,7 @@ import pytest
 from worker.engine import decode_cost_cache, inference_engine
 from worker.engine.decode_cost_cache import cached_decode_cost, model_identity
 from worker.engine.inference_engine import InferenceEngine
-from worker.engine.speculation import DecodeCost
+from worker.engine.speculation import PROBE_SLOTS, DecodeCost
 
 TABLE = DecodeCost((1, 2, 4), (0.010, 0.012, 0.015))
 
@@ -83,3 +83,24 @@ def test_a_second_engine_on_the_same_model_takes_the_cached_table(
     with InferenceEngine(tiny_model_dir, **options) as second:
         assert second.scheduler.drafter.cost.probe == measured[0]
     assert len(measured) == 1
+
+
+def _resident_mib() -> float:
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+def test_the_probe_leaves_the_cache_it_did_not_write_untouched(
+    cache: Path, tiny_model_dir: Path
+) -> None:
+    """Zeroing the whole cache after the probe made all of it resident: the default 1 GiB at
+    the first start of each model."""
+    options = {"dtype": "float32", "kv_cache_mb": 512, "speculative_tokens": 3}
+    before = _resident_mib()
+    with InferenceEngine(tiny_model_dir, **options) as engine:
+        grew = _resident_mib() - before
+        for k, v in engine.cache.storage.layers:
+            assert not k[:PROBE_SLOTS].any() and not v[:PROBE_SLOTS].any()
+    assert list((cache / "kernels").glob("decode-cost-*.json")), "the probe did not run"
+    assert grew < 256, f"the engine's start made {grew:.0f} MiB resident of a 512 MiB cache"
