@@ -24,7 +24,8 @@ from worker.model.loader import load_model
 from worker.model.model_dir import resolve_model_dir
 
 pytestmark = [pytest.mark.slow, needs_ggml]
-# Woven Q4_0 and Q4_K (ggml's interleaved kernels), plain Q5_1 (its vec_dot), Q5_0 (our Q5_0
+# Woven Q4_0 beside Q5_1 (ggml's interleaved kernels, its vec_dot), Q4_0 alone (our Q5_0
+# kernel on its codes plus 8), Q4_K (our gemv or ggml's interleaved kernel), Q5_0 (our Q5_0
 # kernel on its blocks), and the default file's Q8_0 embedding and output layer (ours), all in
 # one file.
 MIX = {
@@ -82,6 +83,8 @@ def test_a_mixed_type_file_is_served_in_its_own_codes(mixed_file):
         paths = engine.model.weight_paths
         assert f"Q4_K x30 → {Q4_K_FEW_ROWS}" in paths and "Q5_1 x30 → ggml vec_dot" in paths
         assert "Q5_0 x30 → native Q5_0 kernel, 8-bit activations" in paths
+        assert "Q4_0 x60 → native Q5_0 kernel on its codes as Q5_0, 8-bit activations" in paths
+        assert "Q4_0 x60 → ggml interleaved" in paths
         assert "Q8_0 x1 → native Q8_0 kernel" in paths
         expected = engine.generate(QUESTION, max_tokens=24, temperature=0)
     finally:

@@ -127,6 +127,26 @@ def q8_0_blocks_from_q5_0(raw: torch.Tensor) -> torch.Tensor:
     return q8.reshape(out_features, -1).contiguous()
 
 
+def q5_0_blocks_from_q4_0(raw: torch.Tensor) -> torch.Tensor:
+    """Q4_0 rows (out, blocks x 18) as Q5_0 rows (out, blocks x 22) holding the same values:
+    each 4-bit code q becomes the 5-bit code q + 8 beside the same fp16 d, so ggml's Q4_0 x
+    Q8_0 dot product (integer products of q - 8 and the 8-bit activations, times d) is
+    exactly what the Q5_0 records compute ((q + 8) - 16)."""
+    if raw.dtype != torch.uint8 or raw.dim() != 2 or raw.shape[1] % 18:
+        raise ValueError("q4_0 rows must be uint8 (out, k x 18)")
+    out_features = raw.shape[0]
+    blocks = raw.view(out_features, -1, 18)
+    nibbles = blocks[..., 2:].to(torch.int32)  # byte i: value i low, value i + 16 high
+    codes = torch.cat([nibbles & 0x0F, nibbles >> 4], dim=-1) + 8  # (out, blocks, 32)
+    bits = (codes >> 4).to(torch.int64) << torch.arange(32)
+    high = bits.sum(dim=-1)  # bit i: value i's fifth bit
+    high_bytes = torch.stack([(high >> (8 * b)) & 0xFF for b in range(4)], dim=-1)
+    low = codes & 0x0F
+    packed = low[..., :16] | (low[..., 16:] << 4)
+    q5 = torch.cat([blocks[..., 0:2], high_bytes.to(torch.uint8), packed.to(torch.uint8)], dim=-1)
+    return q5.reshape(out_features, -1).contiguous()
+
+
 def records_from_gguf(raw: torch.Tensor, block_format: str) -> BlockRecords:
     """A GGUF tensor's rows (out, blocks x block bytes) as records, byte for byte.
 

@@ -33,7 +33,7 @@ from worker.machine.paths import cache_root
 
 log = logging.getLogger(__name__)
 
-PLAN_VERSION = 5  # 5: the K-quant tile kernel against our gemv
+PLAN_VERSION = 6  # 5: the K-quant tile kernel against our gemv; 6: 12 rows a candidate
 FLOAT32_LAYOUTS = ("mm", "linear", "mkldnn")
 
 

@@ -17,7 +17,11 @@ from torch import nn
 
 from worker.kernels.ggml_build import ggml_kernels_available
 from worker.kernels.kernel_table import NATIVE_TYPES, KernelTable, LayerRoute
-from worker.kernels.layout import q8_0_blocks_from_q5_0, records_from_gguf
+from worker.kernels.layout import (
+    q5_0_blocks_from_q4_0,
+    q8_0_blocks_from_q5_0,
+    records_from_gguf,
+)
 from worker.kernels.plan import KernelPlan
 from worker.machine.heap import release_freed_heap
 from worker.model.block_linear import BlockLinear
@@ -218,9 +222,11 @@ def _block_linear(
     quant: Sequence[QuantTensor], bias: torch.Tensor | None, route: LayerRoute, plan: KernelPlan
 ) -> BlockLinear:
     """A layer on our block kernels: the parts' blocks as records of `route.block_format`
-    (Q5_0 parts as Q8_0 codes where the route says so)."""
+    (Q5_0 parts as Q8_0 codes, Q4_0 ones as Q5_0 codes, where the route says so)."""
     if route.kind == "q8_0 of q5_0":
         raw = torch.cat([_q8_0_rows(q) for q in quant])
+    elif route.kind == "q5_0 of q4_0":
+        raw = torch.cat([q5_0_blocks_from_q4_0(q.data) for q in quant])
     else:
         raw = quant[0].data if len(quant) == 1 else torch.cat([q.data for q in quant])
     records = records_from_gguf(raw, route.block_format)

@@ -1,4 +1,4 @@
-"""Our block kernels on 8-bit activations (Q4_1, Q8_0, Q5_0, Q5_1): ggml's arithmetic, its bytes."""
+"""Our block kernels on 8-bit activations (and Q4_0 as Q5_0): ggml's arithmetic, its bytes."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize
 
 from tests.worker.native import needs_ggml, needs_native_kernels
 from worker.kernels.layout import (
     GGUF_BLOCK_BYTES,
     five_bit_codes,
+    q5_0_blocks_from_q4_0,
     q8_0_blocks_from_q5_0,
     records_from_gguf,
 )
@@ -83,6 +85,25 @@ def test_5_bit_records_compute_what_ggml_computes_on_the_file_s_bytes(block_form
         ours, theirs = ours_layer(x), ggml_product(x, rows, block_format)
         assert (ours - theirs).abs().max() <= 2e-6 * theirs.abs().max(), count
         assert q8_layer is None or torch.equal(ours, q8_layer(x)), count
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_q4_0_as_q5_0_records_computes_what_ggml_computes_on_the_file_s_bytes(shape):
+    """Q4_0's codes plus 8 as Q5_0 blocks: the same values (ggml dequantizes both alike) and
+    ggml's Q4_0 x Q8_0 integer sums, within the order of float additions."""
+    out, k = shape
+    weight = torch.randn(out, k, generator=torch.Generator().manual_seed(out + k))
+    rows = ggml().quantize(weight, int(T.Q4_0))
+    as_q5_0 = q5_0_blocks_from_q4_0(rows)
+    assert torch.equal(
+        torch.from_numpy(dequantize(as_q5_0.numpy(), T.Q5_0)),
+        torch.from_numpy(dequantize(rows.numpy(), T.Q4_0)),
+    )
+    linear = BlockLinear(records_from_gguf(as_q5_0, "q5_0"), None, "q5_0", 16, True)
+    for count in ROWS:
+        x = torch.randn(count, k, generator=torch.Generator().manual_seed(count))
+        theirs = ggml().linear(x, [rows], [int(T.Q4_0)], [out], [0], None)
+        assert (linear(x) - theirs).abs().max() <= 2e-6 * theirs.abs().max(), count
 
 
 @pytest.mark.parametrize("block_format", ["q5_0", "q5_1"])
