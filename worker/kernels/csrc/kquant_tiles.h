@@ -40,9 +40,8 @@ constexpr int64_t kTileColumns = 16;   // output columns per B tile
 constexpr int64_t kRuns = 4;           // 64-input runs per super-block
 constexpr int64_t kColumnTiles = 2;    // per task: 32 columns
 
-// The tiles as amx_panel_kernel.h's configure_tiles sets them, all 16 rows of 64 bytes: 0-1
-// two row tiles' codes of one run; 2-3 a column tile's high and low parts of it; 4-7 the sums
-// (row tile 0 high, low; row tile 1 high, low).
+// The tiles as amx_panel_kernel.h's configure_tiles sets them, all 16 rows of 64 bytes: 0-3
+// one run's operands (super_block_sums), 4-7 the sums (row tile 0 high, low; 1 high, low).
 
 // One super-block of a column tile's scaled codes, per run the B tiles of the high and low
 // parts.
@@ -114,10 +113,12 @@ struct TiledCodes {
   }
 };
 
-// sums[r] (high, low: 16 x 16 int32 each) of row tile r (A tiles at a + r * tile_stride) over
-// one super-block of `codes`. (The tile intrinsics take their tile numbers as literals, hence
-// the cases written out.)
-template <int kRowTiles>
+// sums[r] (high, low: 16 x 16 int32 each) of activation row tile r (its tiles at a + r *
+// tile_stride, a run's 1 KB apart) over one super-block of `codes`: (activation row, column)
+// with the activations as A tiles, (weight row, activation row) with the weights as A tiles
+// (kWeightsInA, the activations then in B order). (The tile intrinsics take their tile numbers
+// as literals, hence the cases written out.)
+template <int kRowTiles, bool kWeightsInA = false>
 inline void super_block_sums(const int8_t* a, int64_t tile_stride, const ScaledCodes& codes,
                              int32_t (*sums)[2][256]) {
   _tile_zero(4);
@@ -127,15 +128,30 @@ inline void super_block_sums(const int8_t* a, int64_t tile_stride, const ScaledC
     _tile_zero(7);
   }
   for (int64_t q = 0; q < kRuns; ++q) {
-    _tile_loadd(0, a + 1024 * q, 64);
-    if constexpr (kRowTiles == 2) _tile_loadd(1, a + tile_stride + 1024 * q, 64);
-    _tile_loadd(2, codes.high[q], 64);
-    _tile_loadd(3, codes.low[q], 64);
-    _tile_dpbssd(4, 0, 2);
-    _tile_dpbsud(5, 0, 3);
-    if constexpr (kRowTiles == 2) {
-      _tile_dpbssd(6, 1, 2);
-      _tile_dpbsud(7, 1, 3);
+    if constexpr (kWeightsInA) {
+      // 0-1 the weights' high and low parts, 2-3 two row tiles of activations.
+      _tile_loadd(0, codes.high[q], 64);
+      _tile_loadd(1, codes.low[q], 64);
+      _tile_loadd(2, a + 1024 * q, 64);
+      if constexpr (kRowTiles == 2) _tile_loadd(3, a + tile_stride + 1024 * q, 64);
+      _tile_dpbssd(4, 0, 2);
+      _tile_dpbusd(5, 1, 2);
+      if constexpr (kRowTiles == 2) {
+        _tile_dpbssd(6, 0, 3);
+        _tile_dpbusd(7, 1, 3);
+      }
+    } else {
+      // 0-1 two row tiles of activations, 2-3 the weights' high and low parts.
+      _tile_loadd(0, a + 1024 * q, 64);
+      if constexpr (kRowTiles == 2) _tile_loadd(1, a + tile_stride + 1024 * q, 64);
+      _tile_loadd(2, codes.high[q], 64);
+      _tile_loadd(3, codes.low[q], 64);
+      _tile_dpbssd(4, 0, 2);
+      _tile_dpbsud(5, 0, 3);
+      if constexpr (kRowTiles == 2) {
+        _tile_dpbssd(6, 1, 2);
+        _tile_dpbsud(7, 1, 3);
+      }
     }
   }
   _tile_stored(4, sums[0][0], 64);

@@ -50,37 +50,6 @@ inline void unpack_q6k_rows(const uint8_t* weights, int64_t supers, int64_t t, i
   }
 }
 
-// sums[r] (high, low: 16 weight rows x 16 activation rows, int32) of activation row tile r (B
-// tiles at b + r * tile_stride) over one super-block of `tile`.
-template <int kRowTiles>
-inline void q6k_super_block_sums(const int8_t* b, int64_t tile_stride, const Q6KRowTile& tile,
-                                 int32_t (*sums)[2][256]) {
-  _tile_zero(4);
-  _tile_zero(5);
-  if constexpr (kRowTiles == 2) {
-    _tile_zero(6);
-    _tile_zero(7);
-  }
-  for (int64_t q = 0; q < kRuns; ++q) {
-    _tile_loadd(0, tile.codes.high[q], 64);
-    _tile_loadd(1, tile.codes.low[q], 64);
-    _tile_loadd(2, b + 1024 * q, 64);
-    if constexpr (kRowTiles == 2) _tile_loadd(3, b + tile_stride + 1024 * q, 64);
-    _tile_dpbssd(4, 0, 2);
-    _tile_dpbusd(5, 1, 2);
-    if constexpr (kRowTiles == 2) {
-      _tile_dpbssd(6, 0, 3);
-      _tile_dpbusd(7, 1, 3);
-    }
-  }
-  _tile_stored(4, sums[0][0], 64);
-  _tile_stored(5, sums[0][1], 64);
-  if constexpr (kRowTiles == 2) {
-    _tile_stored(6, sums[kRowTiles - 1][0], 64);
-    _tile_stored(7, sums[kRowTiles - 1][1], 64);
-  }
-}
-
 // acc (16 weight rows x `padded` activation rows) += super-block s of the row tiles
 // [first_tile, first_tile + kRowTiles): per weight row r, d_r x the rows' scales (`xs`, this
 // super-block's, in row order) x 64 high + low.
@@ -88,7 +57,8 @@ template <int kRowTiles>
 inline void q6k_add_super_block(const Q6KRowTile& tile, const TiledCodes& codes, const float* xs,
                                 int64_t s, int64_t first_tile, int64_t padded, float* acc) {
   alignas(64) int32_t sums[2][2][256];
-  q6k_super_block_sums<kRowTiles>(codes.at(first_tile, s), codes.supers * kRuns * 1024, tile, sums);
+  super_block_sums<kRowTiles, true>(codes.at(first_tile, s), codes.supers * kRuns * 1024,
+                                    tile.codes, sums);
   for (int64_t r = 0; r < kTileColumns; ++r) {
     const __m512 d = _mm512_set1_ps(tile.d[r]);
     for (int64_t t = 0; t < kRowTiles; ++t) {
