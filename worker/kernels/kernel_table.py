@@ -57,7 +57,8 @@ class LayerRoute:
     """What a group of tensors (a fused layer) becomes: `kind` "records" (our block kernels
     on `block_format` records, 8-bit activations where `int8`), "q8_0 of q5_0" (Q5_0 parts
     beside Q8_0 ones, or under float32 activations, on the Q8_0 kernel over their codes),
-    "q5_0 of q4_0" (Q4_0 under 8-bit activations on the Q5_0 kernel, its codes plus 8) or
+    "q5_0 of q4_0" (Q4_0, alone or beside Q5_0, under 8-bit activations on the Q5_0 kernel,
+    its codes plus 8) or
     "ggml" (each weight as `parts` routes it)."""
 
     kind: str
@@ -114,9 +115,10 @@ class KernelTable:
         if self.ours and (kind in NATIVE_TYPES or (kind in FIVE_BIT_TYPES and self.int8)):
             formats = NATIVE_TYPES | FIVE_BIT_TYPES
             return LayerRoute("records", formats[kind], self.int8)
-        if self.ours and kind == "Q4_0" and self.int8:
-            # ggml's Q4_0 kernels run at ~2/3 our Q5_0 records' rate; the same values as Q5_0
-            # codes (22 bytes a block, not 18) compute the same integer dot products there.
+        if self.ours and self.int8 and "Q4_0" in kinds and set(kinds) <= {"Q4_0", "Q5_0"}:
+            # ggml's Q4_0 kernels run at ~2/3 our Q5_0 records' rate (its Q5_0 ones, beside
+            # them in llama-quantize's Q3_K_M, at half); Q4_0's values as Q5_0 codes (22 bytes
+            # a block, not 18) compute the same integer dot products there.
             return LayerRoute("q5_0 of q4_0", "q5_0", True)
         if self.ours and set(kinds) <= {"Q5_0", "Q8_0"}:
             # ggml's Q5_0 kernels take a call per row block and run at half our Q8_0 records'
@@ -178,7 +180,8 @@ class KernelTable:
             codes = " on its codes as Q8_0" if type_name == "Q5_0" else ""
             return f"native Q8_0 kernel{codes}, {route.activations} activations"
         if route.kind == "q5_0 of q4_0":
-            return "native Q5_0 kernel on its codes as Q5_0, 8-bit activations"
+            codes = " on its codes as Q5_0" if type_name == "Q4_0" else ""
+            return f"native Q5_0 kernel{codes}, 8-bit activations"
         return f"native {type_name} kernel, {route.activations} activations"
 
     def record(self, type_name: str, kernel: str, tensors: int = 1) -> None:

@@ -226,11 +226,16 @@ def _block_linear(
     if route.kind == "q8_0 of q5_0":
         raw = torch.cat([_q8_0_rows(q) for q in quant])
     elif route.kind == "q5_0 of q4_0":
-        raw = torch.cat([q5_0_blocks_from_q4_0(q.data) for q in quant])
+        raw = torch.cat([_q5_0_rows(q) for q in quant])
     else:
         raw = quant[0].data if len(quant) == 1 else torch.cat([q.data for q in quant])
     records = records_from_gguf(raw, route.block_format)
     return BlockLinear(records, bias, route.block_format, plan.panel_rows, route.int8)
+
+
+def _q5_0_rows(weight: QuantTensor) -> torch.Tensor:
+    """A Q5_0 or Q4_0 tensor's rows in Q5_0's blocks."""
+    return q5_0_blocks_from_q4_0(weight.data) if weight.type_name == "Q4_0" else weight.data
 
 
 def _q8_0_rows(weight: QuantTensor) -> torch.Tensor:

@@ -36,6 +36,13 @@ def test_layers_go_to_our_block_kernels_where_we_have_them_and_to_ggml_else():
     assert file.layer({"Q5_0", "Q8_0"}) == LayerRoute("q8_0 of q5_0", "q8_0", int8=True)
     assert file.layer({"Q4_K", "Q6_K"}).kind == "ggml"
     assert file.layer({"Q4_1", "Q8_0"}).kind == "ggml"  # mixed: each part in its own type
+    # Q4_0, alone or beside Q5_0, as Q5_0 codes on our Q5_0 kernel; under float32
+    # activations, or beside another type, on ggml's.
+    assert file.layer({"Q4_0"}) == LayerRoute("q5_0 of q4_0", "q5_0", int8=True)
+    assert file.layer({"Q4_0", "Q5_0"}) == LayerRoute("q5_0 of q4_0", "q5_0", int8=True)
+    assert exact.layer({"Q4_0"}).kind == "ggml"
+    assert file.layer({"Q4_0", "Q5_1"}).kind == "ggml"
+    assert file.layer({"Q4_0", "Q8_0"}).kind == "ggml"
 
 
 def test_k_quant_weights_take_the_gemv_below_the_planned_panel_rows():
