@@ -62,13 +62,13 @@ at::Tensor kquant_tiles(const at::Tensor& x_in, const at::Tensor& weight, int64_
   const at::Tensor tiled_codes =
       at::empty({row_tiles * kTileRowsInt8, k}, activations.codes.options());
   const TiledCodes codes{tiled_codes.data_ptr<int8_t>(), k / kSuperBlock};
+  const bool q6k = type == kGgmlQ6K;
+  parallel_chunks(row_tiles * codes.supers, 8,
+                  [&](int64_t first, int64_t last) { codes.fill(rows, first, last, q6k); });
   at::Tensor row_scales;
-  if (type == kGgmlQ6K) {
-    codes.fill_grouped_columns(rows, row_tiles);
+  if (q6k) {
     row_scales = at::zeros({k / kSuperBlock, row_tiles * kTileRowsInt8}, x.options());
     row_scales.narrow(1, 0, m).copy_(activations.scales.t());
-  } else {
-    codes.fill(rows, row_tiles);
   }
   const uint8_t* w = weight.data_ptr<uint8_t>();
   float* dst = out.data_ptr<float>();

@@ -88,28 +88,26 @@ struct TiledCodes {
     return data + (row_tile * supers + s) * kRuns * 1024;
   }
 
-  // From x's codes, padded with zero rows to `row_tiles` x 16.
-  void fill(const QuantizedRows& x, int64_t row_tiles) const {
-    for (int64_t t = 0; t < row_tiles; ++t)
-      for (int64_t s = 0; s < supers; ++s)
-        for (int64_t q = 0; q < kRuns; ++q)
-          for (int64_t r = 0; r < kTileRowsInt8; ++r)
-            std::memcpy(data + ((t * supers + s) * kRuns + q) * 1024 + 64 * r,
-                        x.row_codes(kTileRowsInt8 * t + r) + s * kSuperBlock + 64 * q, 64);
-  }
-
-  // As B tiles for grouped Q6_K weights (kquant_tiles_q6k.h): tile (t, s, run j) row l holds
-  // dword i = row 16 t + i's inputs 16 l + 4 j .. + 3 of super-block s.
-  void fill_grouped_columns(const QuantizedRows& x, int64_t row_tiles) const {
-    auto* out = reinterpret_cast<int32_t*>(data);
-    for (int64_t t = 0; t < row_tiles; ++t)
+  // Tiles [first, last) of the (row tile, super-block) pairs from x's codes (padded with
+  // zero rows to whole row tiles): as A tiles, or where `grouped_columns` as B tiles for
+  // grouped Q6_K weights (kquant_tiles_q6k.h: tile (t, s, run j) row l holds dword i = row
+  // 16 t + i's inputs 16 l + 4 j .. + 3 of super-block s).
+  void fill(const QuantizedRows& x, int64_t first, int64_t last, bool grouped_columns) const {
+    for (int64_t pair = first; pair < last; ++pair) {
+      const int64_t t = pair / supers, s = pair % supers;
+      int8_t* tiles = data + pair * kRuns * 1024;
       for (int64_t i = 0; i < kTileRowsInt8; ++i) {
-        const auto* row = reinterpret_cast<const int32_t*>(x.row_codes(kTileRowsInt8 * t + i));
-        for (int64_t s = 0; s < supers; ++s)
-          for (int64_t l = 0; l < 16; ++l)
-            for (int64_t j = 0; j < kRuns; ++j)
-              out[((t * supers + s) * kRuns + j) * 256 + 16 * l + i] = row[64 * s + 4 * l + j];
+        const int8_t* row = x.row_codes(kTileRowsInt8 * t + i) + s * kSuperBlock;
+        if (!grouped_columns) {
+          for (int64_t q = 0; q < kRuns; ++q)
+            std::memcpy(tiles + 1024 * q + 64 * i, row + 64 * q, 64);
+          continue;
+        }
+        for (int64_t l = 0; l < 16; ++l)
+          for (int64_t j = 0; j < kRuns; ++j)
+            std::memcpy(tiles + 1024 * j + 64 * l + 4 * i, row + 16 * l + 4 * j, 4);
       }
+    }
   }
 };
 

@@ -4,7 +4,7 @@
 // Why: an A tile's row is one weight row's 64 codes, which is how a grouped super-block holds
 // them (code vector j: dword l = inputs 16 l + 4 j .. + 3, of scale group l), so each vector
 // is scaled and split as it is loaded, with no transposition. The activations go the other
-// way once per matmul (TiledCodes::fill_grouped_columns: B tile row l of run j holds the
+// way once per matmul (TiledCodes::fill, grouped_columns: B tile row l of run j holds the
 // rows' inputs 16 l + 4 j .. + 3), and the sums come out as (weight row, activation row),
 // gathered per task and transposed into the output once at its end. The codes' offset of 32
 // comes off each scaled code in 16 bits ((code - 32) x scale), so the tiles' sums are ggml's
@@ -75,8 +75,8 @@ inline void q6k_add_super_block(const Q6KRowTile& tile, const TiledCodes& codes,
 }
 
 // out (m, n) for the weight row tiles [first, last) of a grouped Q6_K weight; `codes` the
-// activations in B order (fill_grouped_columns), `xs` their scales as (super-blocks, padded
-// rows).
+// activations in B order (TiledCodes::fill, grouped_columns), `xs` their scales as (super-blocks,
+// padded rows).
 inline void q6k_tiles_matmul(const uint8_t* weights, int64_t supers, const TiledCodes& codes,
                              const float* xs, int64_t m, int64_t first, int64_t last, float* out,
                              int64_t n) {
