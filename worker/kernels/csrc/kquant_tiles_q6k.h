@@ -33,10 +33,8 @@ inline void unpack_q6k_rows(const uint8_t* weights, int64_t supers, int64_t t, i
   const __m512i word = _mm512_set1_epi32(0xFFFF), byte = _mm512_set1_epi32(0xFF);
   for (int64_t r = 0; r < kTileColumns; ++r) {
     const uint8_t* super = weights + ((kTileColumns * t + r) * supers + s) * kQ6KBytes;
-    _mm_prefetch(reinterpret_cast<const char*>(super + 2 * kQ6KBytes), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(super + 2 * kQ6KBytes + 64), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(super + 2 * kQ6KBytes + 128), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(super + 2 * kQ6KBytes + 192), _MM_HINT_T0);
+    for (int64_t line = 0; line < kQ6KBytes; line += 64)  // the super-block two on
+      _mm_prefetch(reinterpret_cast<const char*>(super + 2 * kQ6KBytes + line), _MM_HINT_T0);
     const Q6KGrouped block(super);
     const ByteScales scale(_mm512_and_si512(block.scales, byte));
     // 32 x the group's scale in both 16-bit words of each dword.
