@@ -89,10 +89,10 @@ agents:
 	@mkdir -p $(AGENTS_DIR)
 	npm install --prefix $(AGENTS_DIR) --no-audit --no-fund --loglevel=error $(AGENT_PACKAGES)
 
-# llama.cpp's own llama-server and llama-quantize, built once from the llama-cpp-python sdist
-# into ~/.cache/astrai/llama.cpp (~5 min on 2 cores; later calls return at once): each GGUF
-# type's check against llama-server in `make test` (they skip, naming this target, without
-# them) and the benchmarks. The script cd's into its cache: PYTHON is an absolute path.
+# llama.cpp's own llama-server, llama-quantize and llama-perplexity, built once from the
+# llama-cpp-python sdist into ~/.cache/astrai/llama.cpp (~5 min on 2 cores; later calls return
+# at once): each GGUF type's check against llama.cpp in `make test` (they skip, naming this
+# target, without them) and the benchmarks. The script cd's into its cache: PYTHON is an absolute path.
 llama-cpp: install
 	PYTHON=$(abspath $(BIN)/python) bench/build_llama_server.sh
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Build llama.cpp's own `llama-server` and `llama-quantize` once, from the source the
-# llama-cpp-python sdist on PyPI vendors, into a cache folder outside the repository; print
-# the server binary's path (llama-quantize lies beside it).
+# Build llama.cpp's own `llama-server`, `llama-quantize` and `llama-perplexity` once, from the
+# source the llama-cpp-python sdist on PyPI vendors, into a cache folder outside the
+# repository; print the server binary's path (the other two lie beside it).
 # Usage: bench/build_llama_server.sh [--cached] [VERSION]   (env: LLAMA_SERVER_CACHE, default ~/.cache/astrai/llama.cpp)
 # About 15-20 minutes on 2 cores the first time; later calls print the cached path at once.
 # --cached: never build; exit 1 naming the folder when the binaries are not there (the tests).
@@ -25,12 +25,17 @@ if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
 fi
 cache="${LLAMA_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/astrai/llama.cpp}/$variant"
 binary="$cache/build/bin/llama-server"
-if [ -x "$binary" ] && [ -x "$cache/build/bin/llama-quantize" ]; then
+tools=(llama-server llama-quantize llama-perplexity)
+built=true
+for tool in "${tools[@]}"; do
+  [ -x "$cache/build/bin/$tool" ] || built=false
+done
+if $built; then
   echo "$binary"
   exit 0
 fi
 if $cached_only; then
-  echo "no llama-server and llama-quantize built under $cache/build/bin" >&2
+  echo "no ${tools[*]} built under $cache/build/bin" >&2
   exit 1
 fi
 python="${PYTHON:-python3}"
@@ -46,5 +51,5 @@ fi
 cmake -S src/vendor/llama.cpp -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_SERVER=ON "${flags[@]}" >&2
-cmake --build build --target llama-server llama-quantize -j"$(nproc)" >&2
+cmake --build build --target "${tools[@]}" -j"$(nproc)" >&2
 echo "$binary"

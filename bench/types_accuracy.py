@@ -1,5 +1,5 @@
-"""Each GGUF type's arithmetic against the float32 reading of the same file: `python -m
-bench.types_accuracy`.
+"""Each GGUF type's arithmetic against the float32 reading of the same file and against
+llama.cpp's on it: `python -m bench.types_accuracy`.
 
 For each file (the default model requantized by llama-quantize, as `make bench-types` makes
 them), over `bench/accuracy.py`'s fixed text (1,024 tokens, teacher-forced, one forward): our
@@ -7,6 +7,10 @@ engine's logits in the file's own codes under the default precision (8-bit activ
 llama.cpp) and under `--precision exact` (float32 activations), against the file dequantized
 to float32 (the reference path). Per precision: top-1 agreement with the reference, the
 largest logit deviation, and the perplexity of the text against the reference's.
+
+Then against llama.cpp (bench/llama_agreement.py): `llama-perplexity`'s log-probabilities of
+the same text on the same file beside ours under the default precision, and llama.cpp's
+agreement with itself at another micro-batch size, the floor any other implementation meets.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import torch
 
 from bench.accuracy import FIXED_TEXT, sequence_logits
 from bench.bench_models import default_requantized
+from bench.llama_agreement import added_bos, against_llama, top1_agreement
+from bench.llama_logits import llama_log_probs
 from bench.speed_bench import llama_server_binary
 from worker.machine.cpu_info import describe
 from worker.model.default_model import default_model_path
@@ -28,6 +34,9 @@ from worker.model.loader import load_model
 from worker.model.model_dir import resolve_model_dir
 from worker.text.tokenizer import Tokenizer
 
+# llama-perplexity's micro-batch for its run against itself: 32 rows a matmul, not 512, take
+# other kernel paths, whose float rounding alone moves some 8-bit activation codes.
+SMALL_UBATCH = ("-ub", "32")
 TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K")
 
 
@@ -55,9 +64,9 @@ def compare(logits: torch.Tensor, reference: torch.Tensor, ids: Sequence[int]) -
     )
 
 
-def measure(gguf: Path, max_tokens: int) -> tuple[float, dict[str, Comparison]]:
+def measure(path: Path, max_tokens: int) -> tuple[float, dict[str, Comparison]]:
     """The reference's perplexity, and per precision our logits against it."""
-    folder = resolve_model_dir(gguf)
+    folder = resolve_model_dir(path)
     ids = Tokenizer(folder).encode(FIXED_TEXT)[:max_tokens]
     cpu = torch.device("cpu")
     reference = sequence_logits(load_model(folder, torch.float32, cpu), ids)
@@ -75,20 +84,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--types", default=",".join(TYPES), help="llama-quantize type names")
     parser.add_argument("--tokens", type=int, default=1024, help="positions of the fixed text")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/astrai-types-accuracy"))
     args = parser.parse_args(argv)
     binary = llama_server_binary(None)
     if binary is None:
-        raise SystemExit("llama-quantize is needed: bench/build_llama_server.sh")
-    quantize = Path(binary).with_name("llama-quantize")
+        raise SystemExit("llama.cpp's tools are needed: bench/build_llama_server.sh")
+    tools = Path(binary).parent
+    files = {
+        kind: default_model_path()
+        if kind == "Q4_1"
+        else default_requantized(tools / "llama-quantize", kind)
+        for kind in args.types.split(",")
+    }
     print(f"{describe()}\n")
+    print_against_float32(files, args.tokens)
+    print_against_llama(files, tools / "llama-perplexity", args.workdir)
+
+
+def print_against_float32(files: dict[str, Path], tokens: int) -> None:
     print(
         "| file | float32 perplexity | file: top-1 | largest deviation | perplexity "
         "| exact: top-1 | largest deviation | perplexity |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for kind in args.types.split(","):
-        gguf = default_model_path() if kind == "Q4_1" else default_requantized(quantize, kind)
-        reference, by_precision = measure(gguf, args.tokens)
+    for kind, path in files.items():
+        reference, by_precision = measure(path, tokens)
         cells = [f"{reference:.3f}"]
         for result in by_precision.values():
             change = 100 * (result.perplexity / reference - 1)
@@ -97,6 +117,33 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"{result.largest_deviation:.2f}",
                 f"{result.perplexity:.3f} ({change:+.2f}%)",
             ]
+        print(f"| {kind} | {' | '.join(cells)} |", flush=True)
+
+
+def print_against_llama(files: dict[str, Path], perplexity_tool: Path, workdir: Path) -> None:
+    print(
+        "\n| file | top-1 vs llama.cpp | llama.cpp vs itself | largest deviation: ours "
+        "| llama.cpp | ratio | mean KL: ours | llama.cpp | perplexity: float32 | ours "
+        "| llama.cpp |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for kind, path in files.items():
+        llama = llama_log_probs(perplexity_tool, path, FIXED_TEXT, workdir)
+        small = llama_log_probs(perplexity_tool, path, FIXED_TEXT, workdir, extra=SMALL_UBATCH)
+        result = against_llama(resolve_model_dir(path), llama, added_bos(path))
+        ours, theirs = result.ours, result.llama
+        cells = [
+            f"{100 * result.top1:.1f}%",
+            f"{100 * top1_agreement(small.log_probs, llama.log_probs):.1f}%",
+            f"{ours.largest_deviation:.3f}",
+            f"{theirs.largest_deviation:.3f}",
+            f"{ours.largest_deviation / theirs.largest_deviation:.2f}",
+            f"{ours.kl_divergence:.5f}",
+            f"{theirs.kl_divergence:.5f}",
+            f"{result.float32_perplexity:.3f}",
+            f"{ours.perplexity:.3f}",
+            f"{theirs.perplexity:.3f}",
+        ]
         print(f"| {kind} | {' | '.join(cells)} |", flush=True)
 
 

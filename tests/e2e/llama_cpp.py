@@ -1,4 +1,5 @@
-"""llama.cpp's own llama-server and llama-quantize, which `make llama-cpp` builds and caches.
+"""llama.cpp's own llama-server, llama-quantize and llama-perplexity, which `make llama-cpp`
+builds and caches.
 
 The tests skip when they are not built, unless ASTRAI_REQUIRE_LLAMA_CPP is set (CI sets it
 after `make llama-cpp`, where cmake and a C++ compiler are): then their absence fails them.
@@ -20,6 +21,7 @@ from bench.types_bench import post
 class LlamaCpp(NamedTuple):
     server: Path
     quantize: Path
+    perplexity: Path
 
 
 def require_llama_cpp() -> LlamaCpp:
@@ -30,7 +32,9 @@ def require_llama_cpp() -> LlamaCpp:
     )
     if found.returncode == 0:
         server = Path(found.stdout.strip().splitlines()[-1])
-        return LlamaCpp(server, server.parent / "llama-quantize")
+        return LlamaCpp(
+            server, server.parent / "llama-quantize", server.parent / "llama-perplexity"
+        )
     reason = f"{found.stderr.strip()}: `make llama-cpp` builds them (~15-20 min on 2 cores)"
     if os.environ.get("ASTRAI_REQUIRE_LLAMA_CPP"):
         pytest.fail(f"ASTRAI_REQUIRE_LLAMA_CPP is set but there is {reason}")
