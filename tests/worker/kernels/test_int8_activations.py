@@ -21,10 +21,11 @@ from worker.model.norm import RMSNorm
 
 pytestmark = [needs_native_kernels, needs_ggml]
 
-# Rows across the kernel's runs of four and their remainders; widths of one block and more;
-# outputs of one tile and of several, and one that ends in a partial tile.
+# Rows across the kernel's runs (of four, seven, eight rows) and their remainders; widths of one block and more;
+# outputs of one tile and of several (in fours, pairs and one alone: 7 tiles), and one that
+# ends in a partial tile.
 ROWS = [1, 2, 3, 4, 5, 7, 8, 13, 15, 17, 64]
-SHAPES = [(8, 32), (40, 96), (64, 576), (20, 128)]
+SHAPES = [(8, 32), (40, 96), (56, 64), (64, 576), (20, 128)]
 KINDS = {"q4_1": T.Q4_1, "q8_0": T.Q8_0, "q5_0": T.Q5_0, "q5_1": T.Q5_1}
 
 
@@ -63,6 +64,16 @@ def test_the_kernel_computes_what_ggml_computes_on_the_same_bytes(block_format, 
         assert (ours - theirs).abs().max() <= 2e-6 * scale, count
         # The float32 kernel is not what ran: it differs by the activations' rounding.
         assert (float_layer(x) - theirs).abs().max() > 20 * (ours - theirs).abs().max(), count
+
+
+@pytest.mark.parametrize("block_format", list(KINDS))
+def test_a_row_gets_the_same_bits_alone_as_among_many(block_format):
+    """A decode step's row (read from the records as they lie) and a prompt chunk's (several
+    tiles at once, unpacked beforehand) go through the same operations in the same order."""
+    linear, _ = layer(block_format, 56, 576, seed=3, int8=True)
+    x = torch.randn(64, 576, generator=torch.Generator().manual_seed(4))
+    together = linear(x)
+    assert torch.equal(together, torch.cat([linear(x[i : i + 1]) for i in range(64)]))
 
 
 @pytest.mark.parametrize("block_format", ["q5_0", "q5_1"])

@@ -94,27 +94,44 @@ inline __m512i four_codes(const int8_t* codes, int64_t offset) {
   return _mm512_set1_epi32(word);
 }
 
-// out rows [row0, row0 + R) x the 16 columns of tiles `first` and `second`, over every block
-// of their records; each output starts from `init` (the residual) where given.
-template <Records kFormat, int R>
-void int8_tile_pair(const uint8_t* first, const uint8_t* second, int64_t blocks,
-                    const Int8Rows& rows, int64_t row0, float* out, const float* init,
-                    int64_t stride) {
-  constexpr int64_t kRecord = record_bytes(kFormat);
-  constexpr int32_t kOffset = code_offset<kFormat>();
-  const int64_t per_row = rows.k / kBlock;
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r)
-    acc[r] = init == nullptr ? _mm512_setzero_ps() : _mm512_loadu_ps(init + (row0 + r) * stride);
-  for (int64_t b = 0; b < blocks; ++b) {
+// A pair's blocks as they lie in the records: read and unpacked by each row run (one run: a
+// decode step of up to eight streams), the next ones requested ahead.
+template <Records kFormat>
+struct RecordPair {
+  const uint8_t* first;
+  const uint8_t* second;
+
+  void block(int64_t b, PairBlock& out) const {
+    constexpr int64_t kRecord = record_bytes(kFormat);
     const uint8_t* a = first + b * kRecord;
     const uint8_t* c = second + b * kRecord;
     for (int64_t line = 0; line < kRecord; line += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(a + kPrefetchBytes + line), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(c + kPrefetchBytes + line), _MM_HINT_T0);
     }
+    read_pair<kFormat>(a, c, out);
+  }
+};
+
+template <Records kFormat>
+void unpack_pair(const uint8_t* first, const uint8_t* second, int64_t blocks, PairBlock* out) {
+  const RecordPair<kFormat> records{first, second};
+  for (int64_t b = 0; b < blocks; ++b) records.block(b, out[b]);
+}
+
+// out rows [row0, row0 + R) x the 16 columns of a pair of tiles (`source`: RecordPair), over
+// every block of their records; each output starts from `init` (the residual) where given.
+template <Records kFormat, int R, typename Source>
+void int8_tile_pair(const Source& source, int64_t blocks, const Int8Rows& rows, int64_t row0,
+                    float* out, const float* init, int64_t stride) {
+  constexpr int32_t kOffset = code_offset<kFormat>();
+  const int64_t per_row = rows.k / kBlock;
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r)
+    acc[r] = init == nullptr ? _mm512_setzero_ps() : _mm512_loadu_ps(init + (row0 + r) * stride);
+  for (int64_t b = 0; b < blocks; ++b) {
     PairBlock block;
-    read_pair<kFormat>(a, c, block);
+    source.block(b, block);
     // Group by group across the rows, so that consecutive vpdpbusd are independent (a row's
     // eight are a chain of dependent ones); unrolled, so that every sum stays in a register.
     const int8_t* q[R];
@@ -141,6 +158,67 @@ void int8_tile_pair(const uint8_t* first, const uint8_t* second, int64_t blocks,
     }
   }
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + (row0 + r) * stride, acc[r]);
+}
+
+// The same products for many rows, C pairs of tiles at once (16 C columns), their blocks
+// unpacked beforehand (unpack_pair, one array per pair). Why: int8_tile_pair's vpdpbusd each
+// take one broadcast of a row's four activation codes, a load per product, and a row's eight
+// form one dependent chain: with two pairs a broadcast feeds two products, and R x C chains
+// are in flight. The operations per output are int8_tile_pair's, in its order: the same bits.
+template <Records kFormat, int R, int C>
+void int8_unpacked_tiles(const PairBlock* const (&pairs)[C], int64_t blocks, const Int8Rows& rows,
+                         int64_t row0, float* out, const float* init, int64_t stride) {
+  constexpr int32_t kOffset = code_offset<kFormat>();
+  const int64_t per_row = rows.k / kBlock;
+  __m512 acc[R][C];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c)
+      acc[r][c] = init == nullptr ? _mm512_setzero_ps()
+                                  : _mm512_loadu_ps(init + (row0 + r) * stride + 16 * c);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int8_t* q[R];
+    __m512i dot[R][C];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      q[r] = rows.codes + (row0 + r) * rows.k + b * kBlock;
+      const __m512i start =
+          kOffset == 0 ? _mm512_setzero_si512()
+                       : _mm512_set1_epi32(-kOffset * rows.totals[(row0 + r) * per_row + b]);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) dot[r][c] = start;
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      __m512i codes[C];
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) codes[c] = pairs[c][b].codes[g];
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const __m512i x = four_codes(q[r], 4 * g);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) dot[r][c] = _mm512_dpbusd_epi32(dot[r][c], codes[c], x);
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const int64_t at = (row0 + r) * per_row + b;
+      const __m512 dx = _mm512_set1_ps(rows.scales[at]);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) {
+        const __m512 dw_dx = _mm512_mul_ps(pairs[c][b].scale, dx);
+        acc[r][c] = _mm512_fmadd_ps(dw_dx, _mm512_cvtepi32_ps(dot[r][c]), acc[r][c]);
+        if constexpr (has_minimum<kFormat>())
+          acc[r][c] =
+              _mm512_fmadd_ps(pairs[c][b].minimum, _mm512_set1_ps(rows.sums[at]), acc[r][c]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + (row0 + r) * stride + 16 * c, acc[r][c]);
 }
 
 }  // namespace astrai

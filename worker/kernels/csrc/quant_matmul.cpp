@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "activations.h"
 #include "block_format.h"
@@ -114,22 +115,42 @@ void int8_direct(const at::Tensor& input, const Prologue& pro, const uint8_t* w,
   };
 #endif
 #if defined(ASTRAI_INT8_ZMM)
-  // Tiles in pairs (int8_kernel_zmm.h), eight rows a pass; an odd count's last tile alone.
-  const int64_t pairs = (tiles + 1) / 2;
-  const int64_t chunk = std::max<int64_t>(1, std::min(chunk_for(pairs, 1, 32), 16384 / run));
-  parallel_chunks(pairs, chunk, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t t = 2 * p;
-      if (t + 1 == tiles) {
-        one_tile(t);
-        continue;
-      }
+  // Tiles in pairs (int8_kernel_zmm.h), an odd count's last tile alone. Up to eight rows (a
+  // decode step) each pair reads its records as it goes; more rows take two pairs at a time,
+  // unpacked once for all the rows, seven rows a pass.
+  const int64_t pairs = (tiles + 1) / 2, width = m <= 8 ? 1 : 2;
+  const int64_t groups = (pairs + width - 1) / width;
+  const int64_t chunk =
+      std::max<int64_t>(1, std::min(chunk_for(groups, 1, 32), 16384 / (width * run)));
+  parallel_chunks(groups, chunk, [&](int64_t begin, int64_t end) {
+    thread_local std::vector<PairBlock> unpacked;
+    for (int64_t group = begin; group < end; ++group) {
+      const int64_t t = 2 * width * group;
       float* o = out + t * kTile;
       const float* start = init == nullptr ? nullptr : init + t * kTile;
-      in_runs_of<8>(m, [&]<int R>(int64_t r) {
-        int8_tile_pair<kFormat, R>(w + t * run, w + (t + 1) * run, blocks, rows, r, o, start,
-                                   stride);
-      });
+      if (width == 2 && t + 3 < tiles) {
+        unpacked.resize(2 * blocks);
+        unpack_pair<kFormat>(w + t * run, w + (t + 1) * run, blocks, unpacked.data());
+        unpack_pair<kFormat>(w + (t + 2) * run, w + (t + 3) * run, blocks,
+                             unpacked.data() + blocks);
+        const PairBlock* const both[2] = {unpacked.data(), unpacked.data() + blocks};
+        in_runs_of<7>(m, [&]<int R>(int64_t r) {
+          int8_unpacked_tiles<kFormat, R, 2>(both, blocks, rows, r, o, start, stride);
+        });
+        continue;
+      }
+      for (int64_t u = t; u < std::min(t + 2 * width, tiles); u += 2) {
+        float* uo = out + u * kTile;
+        const float* us = init == nullptr ? nullptr : init + u * kTile;
+        if (u + 1 == tiles) {
+          one_tile(u);
+          continue;
+        }
+        const RecordPair<kFormat> records{w + u * run, w + (u + 1) * run};
+        in_runs_of<8>(m, [&]<int R>(int64_t r) {
+          int8_tile_pair<kFormat, R>(records, blocks, rows, r, uo, us, stride);
+        });
+      }
     }
   });
 #elif defined(__AVX2__)
