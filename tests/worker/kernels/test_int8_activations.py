@@ -21,9 +21,9 @@ from worker.model.norm import RMSNorm
 
 pytestmark = [needs_native_kernels, needs_ggml]
 
-# Rows across the kernel's runs (of four, seven, eight rows) and their remainders; widths of one block and more;
-# outputs of one tile and of several (in fours, pairs and one alone: 7 tiles), and one that
-# ends in a partial tile.
+# Rows across the kernel's runs (of four, seven, eight rows) and their remainders; widths of
+# one block and more; outputs of one tile and of several (in fours, pairs and one alone: 7
+# tiles), and one that ends in a partial tile.
 ROWS = [1, 2, 3, 4, 5, 7, 8, 13, 15, 17, 64]
 SHAPES = [(8, 32), (40, 96), (56, 64), (64, 576), (20, 128)]
 KINDS = {"q4_1": T.Q4_1, "q8_0": T.Q8_0, "q5_0": T.Q5_0, "q5_1": T.Q5_1}
