@@ -18,6 +18,7 @@ import torch
 
 from bench.accuracy import sequence_logits
 from bench.llama_logits import LlamaLogProbs
+from worker.model.llama import LlamaModel
 from worker.model.loader import load_model
 
 # Log-probabilities within this many nats of float32's best count towards the largest
@@ -55,27 +56,37 @@ def distance(log_probs: torch.Tensor, reference: torch.Tensor, targets: torch.Te
     return Distance(deviation.max().item(), kl.mean().item(), math.exp(nll.mean().item()))
 
 
+def our_log_probs(model: LlamaModel, llama: LlamaLogProbs, bos: int | None) -> torch.Tensor:
+    """(positions, vocab): the model's log-probabilities on the rows llama-perplexity scored,
+    each chunk's first token BOS where the file adds one, as llama.cpp feeds it."""
+    rows = slice(llama.first, llama.n_ctx - 1)
+    chunks = []
+    for chunk in llama.tokens.tolist():
+        ids = [bos, *chunk[1:]] if bos is not None else chunk
+        chunks.append(torch.log_softmax(sequence_logits(model, ids)[rows].float(), dim=-1))
+    return torch.cat(chunks)
+
+
+def llama_rows(llama: LlamaLogProbs) -> tuple[torch.Tensor, torch.Tensor]:
+    """llama.cpp's rows as (positions, vocab), and each position's next token."""
+    targets = llama.tokens[:, llama.first + 1 :].reshape(-1)
+    return llama.log_probs.reshape(-1, llama.log_probs.shape[-1]), targets
+
+
 def against_llama(folder: Path, llama: LlamaLogProbs, bos: int | None) -> AgainstLlama:
-    """Our default precision and float32 on each chunk llama-perplexity scored (its first
-    token BOS where the file adds one, as llama.cpp feeds it), beside llama.cpp's rows."""
+    """Our default precision and float32 on the chunks llama-perplexity scored, beside
+    llama.cpp's rows."""
     cpu = torch.device("cpu")
     reference_model = load_model(folder, torch.float32, cpu)
     file_model = load_model(folder, torch.float32, cpu, quantization="gguf", int8_activations=True)
-    rows = slice(llama.first, llama.n_ctx - 1)
-    ours: list[torch.Tensor] = []
-    reference: list[torch.Tensor] = []
-    for chunk in llama.tokens.tolist():
-        ids = [bos, *chunk[1:]] if bos is not None else chunk
-        for model, out in ((file_model, ours), (reference_model, reference)):
-            out.append(torch.log_softmax(sequence_logits(model, ids)[rows].float(), dim=-1))
-    targets = llama.tokens[:, llama.first + 1 :].reshape(-1)
-    ours_rows, reference_rows = torch.cat(ours), torch.cat(reference)
-    theirs = llama.log_probs.reshape(-1, llama.log_probs.shape[-1])
+    ours = our_log_probs(file_model, llama, bos)
+    reference = our_log_probs(reference_model, llama, bos)
+    theirs, targets = llama_rows(llama)
     return AgainstLlama(
-        top1_agreement(ours_rows, theirs),
-        distance(ours_rows, reference_rows, targets),
-        distance(theirs, reference_rows, targets),
-        distance(reference_rows, reference_rows, targets).perplexity,
+        top1_agreement(ours, theirs),
+        distance(ours, reference, targets),
+        distance(theirs, reference, targets),
+        distance(reference, reference, targets).perplexity,
     )
 
 

@@ -9,14 +9,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from bench.accuracy import FIXED_TEXT
 from bench.bench_models import default_requantized
-from bench.llama_agreement import added_bos, against_llama
+from bench.llama_agreement import (
+    added_bos,
+    against_llama,
+    distance,
+    llama_rows,
+    our_log_probs,
+    top1_agreement,
+)
 from bench.llama_logits import llama_log_probs
 from tests.e2e.llama_cpp import LlamaCpp, require_llama_cpp
 from tests.worker.native import needs_ggml
 from worker.model.default_model import default_model_path
+from worker.model.loader import load_model
 from worker.model.model_dir import resolve_model_dir
 
 pytestmark = [pytest.mark.slow, needs_ggml]
@@ -36,14 +45,18 @@ def test_a_float32_file_s_log_probabilities_equal_llama_cpp_s(
     """With nothing rounded to 8 or 16 bits on either side, the two implementations give the
     same distribution at every scored position: the rows, tokens and positions line up."""
     path = default_requantized(llama_cpp.quantize, "F32")
+    settings = (*FLOAT32_SETTINGS, "--chunks", "2")  # two 128-token chunks: rows 64..126
     llama = llama_log_probs(
-        llama_cpp.perplexity, path, FIXED_TEXT, tmp_path, extra=FLOAT32_SETTINGS
+        llama_cpp.perplexity, path, FIXED_TEXT, tmp_path, n_ctx=128, extra=settings
     )
-    result = against_llama(resolve_model_dir(path), llama, added_bos(path))
-    assert llama.log_probs.shape[:2] == (2, 255), llama.log_probs.shape
-    assert result.top1 == 1.0
-    assert result.llama.largest_deviation < 0.01, result
-    assert result.llama.perplexity == pytest.approx(result.float32_perplexity, rel=1e-3)
+    assert llama.log_probs.shape[:2] == (2, 63), llama.log_probs.shape
+    model = load_model(resolve_model_dir(path), torch.float32, torch.device("cpu"))
+    ours = our_log_probs(model, llama, added_bos(path))
+    theirs, targets = llama_rows(llama)
+    assert top1_agreement(ours, theirs) == 1.0
+    result = distance(theirs, ours, targets)
+    assert result.largest_deviation < 0.01, result
+    assert result.perplexity == pytest.approx(distance(ours, ours, targets).perplexity, rel=1e-3)
 
 
 def test_the_default_file_under_8_bit_activations_is_as_close_to_float32_as_llama_cpp(
