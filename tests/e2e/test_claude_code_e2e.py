@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.agents import require_agent, run_claude
+from tests.e2e.agents import CLAUDE_MAX_OUTPUT_TOKENS, require_agent, run_claude
 from tests.e2e.forcing_proxy import ForcingProxy
 from tests.e2e.harness import Server
 
@@ -62,9 +62,19 @@ def agent_server(claude_binary: Path, kv_folder: Path) -> Iterator[Server]:
 
 
 def assert_success(result: dict[str, Any]) -> None:
-    """Claude Code's own verdict on the session: no API error, a completed turn."""
+    """Claude Code's own verdict on the session: a completed turn, no error from the server.
+    One outcome besides a clean end counts: the model's last answer reaching the tests' own
+    cap (CLAUDE_MAX_OUTPUT_TOKENS, far under what Claude Code asks), which Claude Code reports
+    as an error ("max_output_tokens") once the server stops there and says so. Whether this
+    small model's answer ends within the cap turns on Claude Code's prompt, which names the
+    session's folder and date: it differs from run to run."""
+    assert result["api_error_status"] is None, result
+    if result.get("api_error") == "max_output_tokens":
+        assert f"{CLAUDE_MAX_OUTPUT_TOKENS} output token maximum" in result["result"], result
+        assert result["num_turns"] >= 1, result
+        return
     assert result["is_error"] is False, result
-    assert (result["subtype"], result["api_error_status"]) == ("success", None), result
+    assert result["subtype"] == "success", result
     assert result["terminal_reason"] == "completed", result
 
 
