@@ -83,7 +83,7 @@ def against_llama(folder: Path, llama: LlamaLogProbs, bos: int | None) -> Agains
     reference = our_log_probs(reference_model, llama, bos)
     theirs, targets = llama_rows(llama)
     return AgainstLlama(
-        top1_agreement(ours, theirs),
+        argmax_agreement(ours, theirs),
         distance(ours, reference, targets),
         distance(theirs, reference, targets),
         distance(reference, reference, targets).perplexity,
@@ -99,6 +99,6 @@ def added_bos(path: Path) -> int | None:
     return int(fields["tokenizer.ggml.bos_token_id"].contents())
 
 
-def top1_agreement(rows: torch.Tensor, reference: torch.Tensor) -> float:
+def argmax_agreement(rows: torch.Tensor, reference: torch.Tensor) -> float:
     """Share of positions (the last dimension: the vocabulary) whose argmax is the reference's."""
     return (rows.argmax(-1) == reference.argmax(-1)).float().mean().item()

@@ -25,7 +25,7 @@ import torch
 
 from bench.accuracy import FIXED_TEXT, sequence_logits
 from bench.bench_models import default_requantized
-from bench.llama_agreement import added_bos, against_llama, top1_agreement
+from bench.llama_agreement import added_bos, against_llama, argmax_agreement
 from bench.llama_logits import llama_log_probs
 from bench.speed_bench import llama_server_binary
 from worker.machine.cpu_info import describe
@@ -58,7 +58,7 @@ def perplexity(logits: torch.Tensor, ids: Sequence[int]) -> float:
 
 def compare(logits: torch.Tensor, reference: torch.Tensor, ids: Sequence[int]) -> Comparison:
     return Comparison(
-        top1=(logits.argmax(-1) == reference.argmax(-1)).float().mean().item(),
+        top1=argmax_agreement(logits, reference),
         largest_deviation=(logits - reference).abs().max().item(),
         perplexity=perplexity(logits, ids),
     )
@@ -134,7 +134,7 @@ def print_against_llama(files: dict[str, Path], perplexity_tool: Path, workdir: 
         ours, theirs = result.ours, result.llama
         cells = [
             f"{100 * result.top1:.1f}%",
-            f"{100 * top1_agreement(small.log_probs, llama.log_probs):.1f}%",
+            f"{100 * argmax_agreement(small.log_probs, llama.log_probs):.1f}%",
             f"{ours.largest_deviation:.3f}",
             f"{theirs.largest_deviation:.3f}",
             f"{ours.largest_deviation / theirs.largest_deviation:.2f}",

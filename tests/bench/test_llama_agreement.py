@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from bench.llama_agreement import DEVIATION_WINDOW, KL_WINDOW, distance, top1_agreement
+from bench.llama_agreement import DEVIATION_WINDOW, KL_WINDOW, argmax_agreement, distance
 
 
 def test_the_largest_deviation_counts_tokens_within_the_window_of_the_best_only() -> None:
@@ -39,7 +39,7 @@ def test_perplexity_reads_each_row_s_next_token() -> None:
     assert result.largest_deviation == 0.0 and result.kl_divergence == 0.0
 
 
-def test_top1_agreement_compares_argmaxes_along_the_vocabulary() -> None:
+def test_argmax_agreement_compares_argmaxes_along_the_vocabulary() -> None:
     a = torch.tensor([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 2.0], [3.0, 0.0]]])
     b = torch.tensor([[[2.0, 0.0], [1.0, 0.0]], [[0.0, 1.0], [0.0, 3.0]]])
-    assert top1_agreement(a, b) == pytest.approx(0.5)
+    assert argmax_agreement(a, b) == pytest.approx(0.5)

@@ -16,10 +16,10 @@ from bench.bench_models import default_requantized
 from bench.llama_agreement import (
     added_bos,
     against_llama,
+    argmax_agreement,
     distance,
     llama_rows,
     our_log_probs,
-    top1_agreement,
 )
 from bench.llama_logits import llama_log_probs
 from tests.e2e.llama_cpp import LlamaCpp, require_llama_cpp
@@ -53,7 +53,7 @@ def test_a_float32_file_s_log_probabilities_equal_llama_cpp_s(
     model = load_model(resolve_model_dir(path), torch.float32, torch.device("cpu"))
     ours = our_log_probs(model, llama, added_bos(path))
     theirs, targets = llama_rows(llama)
-    assert top1_agreement(ours, theirs) == 1.0
+    assert argmax_agreement(ours, theirs) == 1.0
     result = distance(theirs, ours, targets)
     assert result.largest_deviation < 0.01, result
     assert result.perplexity == pytest.approx(distance(ours, ours, targets).perplexity, rel=1e-3)

@@ -119,11 +119,11 @@ void unpack_pair(const uint8_t* first, const uint8_t* second, int64_t blocks, Pa
   for (int64_t b = 0; b < blocks; ++b) records.block(b, out[b]);
 }
 
-// out rows [row0, row0 + R) x the 16 columns of a pair of tiles (`source`: RecordPair), over
-// every block of their records; each output starts from `init` (the residual) where given.
-template <Records kFormat, int R, typename Source>
-void int8_tile_pair(const Source& source, int64_t blocks, const Int8Rows& rows, int64_t row0,
-                    float* out, const float* init, int64_t stride) {
+// out rows [row0, row0 + R) x the 16 columns of a pair of tiles, over every block of their
+// records; each output starts from `init` (the residual) where given.
+template <Records kFormat, int R>
+void int8_tile_pair(const RecordPair<kFormat>& records, int64_t blocks, const Int8Rows& rows,
+                    int64_t row0, float* out, const float* init, int64_t stride) {
   constexpr int32_t kOffset = code_offset<kFormat>();
   const int64_t per_row = rows.k / kBlock;
   __m512 acc[R];
@@ -131,7 +131,7 @@ void int8_tile_pair(const Source& source, int64_t blocks, const Int8Rows& rows, 
     acc[r] = init == nullptr ? _mm512_setzero_ps() : _mm512_loadu_ps(init + (row0 + r) * stride);
   for (int64_t b = 0; b < blocks; ++b) {
     PairBlock block;
-    source.block(b, block);
+    records.block(b, block);
     // Group by group across the rows, so that consecutive vpdpbusd are independent (a row's
     // eight are a chain of dependent ones); unrolled, so that every sum stays in a register.
     const int8_t* q[R];
