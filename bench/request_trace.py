@@ -2,6 +2,7 @@
 HTTP), ITL per request (a server).
 
 python -m bench.request_trace w2-waves [--prefill-token-budget N] [--precision exact]
+python -m bench.request_trace stream-gaps --prompt 4000 --prefill-step-ms 0,250 --rounds 2
 python -m bench.request_trace w2-http [--serve-arg=--speculative-tokens --serve-arg=0]
 python -m bench.request_trace server-itl --url http://127.0.0.1:8200 --requests 10
 """
@@ -9,6 +10,8 @@ python -m bench.request_trace server-itl --url http://127.0.0.1:8200 --requests 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import queue
 import statistics
 import time
@@ -27,6 +30,7 @@ def w2_waves(
     num_requests: int = 64,
     prefill_token_budget: int | None = None,
     precision: str | None = None,
+    prefill_step_ms: int | None = None,
 ) -> list[float]:
     """TTFT of each W2 request in submission order, closed loop at `concurrency`; the
     engine's defaults, or the given prefill token budget and precision."""
@@ -40,6 +44,8 @@ def w2_waves(
         options["prefill_token_budget"] = prefill_token_budget
     if precision is not None:
         options["precision"] = precision
+    if prefill_step_ms is not None:
+        options["prefill_step_ms"] = prefill_step_ms
     with InferenceEngine(**options) as engine:
         engine.generate("Hi", temperature=0, max_tokens=4)  # warm-up
         conversations = workload.conversations[:num_requests]
@@ -61,6 +67,36 @@ def w2_waves(
                     submit(next_index)
                     next_index += 1
     return [first[f"r{i}"] - submitted[f"r{i}"] for i in range(len(conversations))]
+
+
+def stream_gaps(
+    prompt_tokens: int, prefill_step_ms: int | None = None
+) -> tuple[float, list[float]]:
+    """A stream decodes while a `prompt_tokens` prompt arrives: the prompt's TTFT, and the
+    stream's gaps between tokens until then (each a step it waited for)."""
+    options: dict[str, int] = {"kv_disk_mb": 0, "speculative_tokens": 0}
+    if prefill_step_ms is not None:
+        options["prefill_step_ms"] = prefill_step_ms
+    streamed: queue.Queue[TokenEvent] = queue.Queue()
+    answered: queue.Queue[TokenEvent] = queue.Queue()
+    with InferenceEngine(**options) as engine:
+        engine.generate("Hi", temperature=0, max_tokens=4)  # warm-up
+        endless = SamplingParams(temperature=0, max_tokens=4096, ignore_eos=True)
+        engine.submit_prompts(["Once upon a time"], endless, streamed.put, request_id="stream")
+        for _ in range(8):  # decoding steadily
+            streamed.get(timeout=60)
+        text = "The quick brown fox jumps over the lazy dog. " * (prompt_tokens // 10 + 1)
+        prompt = engine.tokenizer.encode(text)[:prompt_tokens]
+        one = SamplingParams(temperature=0, max_tokens=1)
+        start, arrivals = time.perf_counter(), []
+        engine.submit_prompts([prompt], one, answered.put, request_id="long")
+        while answered.empty() or answered.get().finish_reason is None:
+            with contextlib.suppress(queue.Empty):
+                streamed.get(timeout=0.005)
+                arrivals.append(time.perf_counter())
+        ttft = time.perf_counter() - start
+        engine.abort("stream")
+    return ttft, [later - earlier for earlier, later in itertools.pairwise(arrivals)]
 
 
 def w2_http(
@@ -90,11 +126,19 @@ def server_itl(url: str, num_requests: int) -> list[tuple[int, float, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("what", choices=("w2-waves", "w2-http", "server-itl"))
+    parser.add_argument("what", choices=("w2-waves", "w2-http", "stream-gaps", "server-itl"))
     parser.add_argument("--url")
     parser.add_argument("--requests", type=int, default=10)
     parser.add_argument("--prefill-token-budget", type=int, default=None, help="w2-waves only")
     parser.add_argument("--precision", default=None, help="w2-waves only: file or exact")
+    parser.add_argument(
+        "--prefill-step-ms",
+        default="",
+        help="w2-waves, stream-gaps: comma-separated values, each run in turn (default: the "
+        "engine's)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="w2-waves, stream-gaps")
+    parser.add_argument("--prompt", type=int, default=4000, help="stream-gaps: prompt tokens")
     parser.add_argument(
         "--serve-arg", action="append", default=[], help="w2-http: an `astrai serve` argument"
     )
@@ -105,12 +149,30 @@ def main() -> None:
         print(f"mean TTFT {statistics.mean(ttfts):.3f} s over {len(ttfts)} requests")
         print(" ".join(f"{start:.2f}/{ttft:.2f}" for start, ttft in starts))
         return
-    if args.what == "w2-waves":
-        ttfts = w2_waves(prefill_token_budget=args.prefill_token_budget, precision=args.precision)
-        half = len(ttfts) // 2
-        first, second = statistics.mean(ttfts[:half]), statistics.mean(ttfts[half:])
-        mean = statistics.mean(ttfts)
-        print(f"mean TTFT {mean:.3f} s; first {half} requests {first:.3f} s, rest {second:.3f} s")
+    steps = [int(ms) for ms in args.prefill_step_ms.split(",") if ms] or [None]
+    for _, step_ms in itertools.product(range(args.rounds), steps):
+        label = "the default step time" if step_ms is None else f"--prefill-step-ms {step_ms}"
+        if args.what == "stream-gaps":
+            ttft, gaps = stream_gaps(args.prompt, step_ms)
+            print(
+                f"{label}: {args.prompt}-token prompt TTFT {ttft:.2f} s; the stream's gaps "
+                f"meanwhile max {max(gaps, default=0) * 1e3:.0f} ms, "
+                f"mean {statistics.mean(gaps or [0]) * 1e3:.0f} ms"
+            )
+        elif args.what == "w2-waves":
+            ttfts = w2_waves(
+                prefill_token_budget=args.prefill_token_budget,
+                precision=args.precision,
+                prefill_step_ms=step_ms,
+            )
+            half = len(ttfts) // 2
+            first, second = statistics.mean(ttfts[:half]), statistics.mean(ttfts[half:])
+            mean = statistics.mean(ttfts)
+            print(
+                f"{label}: mean TTFT {mean:.3f} s; first {half} requests {first:.3f} s, "
+                f"rest {second:.3f} s"
+            )
+    if args.what != "server-itl":
         return
     if not args.url:
         parser.error("server-itl needs --url")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.request_trace import server_itl, w2_http
+from bench.request_trace import server_itl, stream_gaps, w2_http
 from tests.e2e.harness import Server
 
 pytestmark = pytest.mark.slow  # a real `astrai serve`
@@ -28,3 +28,11 @@ def test_w2_http_starts_its_own_server_and_reports_every_request_by_start(tiny_m
     # A closed loop of two: the third starts once one of the first two has finished.
     assert starts == sorted(starts) and starts[2] > starts[1]
     assert all(0 < ttft < 30 for _, ttft in rows)
+
+
+def test_stream_gaps_times_a_stream_while_a_long_prompt_prefills_beside_it():
+    """The default model, the fixed budget: a 1,000-token prompt in four steps of 256, each
+    one the stream waited for."""
+    ttft, gaps = stream_gaps(1000, prefill_step_ms=0)
+    assert 0 < ttft < 120
+    assert len(gaps) >= 3 and all(0 < gap < ttft for gap in gaps)

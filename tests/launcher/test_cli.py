@@ -62,6 +62,7 @@ def test_api_key_defaults_to_the_environment(monkeypatch):
         (["serve", "--workers", "0"], "--workers must be >= 1, got 0"),
         (["gateway", "--port", "0"], "port must be in 1..65535, got 0"),
         (["worker", "--max-seqs", "0"], "max_seqs must be >= 1, got 0"),
+        (["serve", "--prefill-step-ms", "-1"], "prefill_step_ms must be >= 0, got -1"),
         (["worker", "--gateway", "localhost:5557"], "gateway must be a ZeroMQ address"),
         (["worker", "--gateway", "tcp://gateways"], "gateway must be a ZeroMQ address"),
         (["worker", "--gateway", "tcp://a:1", "--gateway", "b"], "got 'b'"),
@@ -109,6 +110,7 @@ def test_flags_and_defaults_kept_from_before():
     assert (serve["device"], serve["dtype"], serve["quantization"]) == ("cpu", "auto", "auto")
     assert (serve["kv_cache_mb"], serve["max_seqs"], serve["max_model_len"]) == (1024, 64, None)
     assert (serve["prefill_token_budget"], serve["enable_prefix_caching"]) == (256, True)
+    assert serve["prefill_step_ms"] == 250
     assert (serve["compile"], serve["console"], serve["cors_origins"]) == (False, True, [])
     assert "num_threads" not in serve and "health_port" not in serve
     worker = vars(parser.parse_args(["worker"]))

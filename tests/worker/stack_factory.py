@@ -98,6 +98,7 @@ def tiny_stack(
     prefix_caching: bool = True,
     model: LlamaModel | None = None,
     mixed_steps: bool = True,
+    prefill_step_s: float = 0.0,
 ) -> Stack:
     model = model or tiny_model()
     storage = KVStorage(
@@ -122,6 +123,7 @@ def tiny_stack(
             prefill_token_budget=budget,
             idle_prefill_token_budget=budget,
             mixed_steps=mixed_steps,
+            prefill_step_s=prefill_step_s,
         ),
     )
     requests = RequestFactory(

@@ -69,9 +69,12 @@ class EngineCore:
         events = self.scheduler.update(plan, output)
         while (rows := self.scheduler.draft_rows) is not None:
             events += self.scheduler.update_drafts(self.executor.sample_drafted(rows, output))
+        seconds, pace = time.perf_counter() - start, self.scheduler.pace
         cost = self.scheduler.drafter.cost
         if cost is not None and plan.is_decode_only:  # the served step, sampling included
-            cost.observe(len(plan.chunks), time.perf_counter() - start)
+            cost.observe(len(plan.chunks), seconds)
+        if pace is not None and plan.prompt_chunks:
+            pace.observe(plan.num_rows, seconds)
         self._in_flight = None
         self._emit(events)
 

@@ -160,9 +160,11 @@ class InferenceEngine(GenerationAPI, EmbeddingAPI, RerankAPI):
                 max_seqs=opts.max_seqs,
                 prefill_token_budget=opts.prefill_token_budget,
                 idle_prefill_token_budget=opts.idle_prefill_token_budget,
+                prefill_step_s=opts.prefill_step_ms / 1000,
                 speculative_tokens=opts.speculative_tokens,
             ),
         )
+        log.info("%s", prefill_note(opts))
         if opts.speculative_tokens:
             setup = f"{choices!r}|compile {opts.compile}|kv {kv_dtype}|{torch.get_num_threads()}"
             probe, measured = cached_decode_cost(
@@ -280,3 +282,14 @@ class InferenceEngine(GenerationAPI, EmbeddingAPI, RerankAPI):
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def prefill_note(opts: EngineOptions) -> str:
+    """How many prompt tokens a step feeds, as the startup log says it."""
+    alone = f"{max(opts.prefill_token_budget, opts.idle_prefill_token_budget)} while none decodes"
+    if opts.prefill_step_ms == 0:
+        return f"prompt tokens a step: {opts.prefill_token_budget} while streams decode, {alone}"
+    return (
+        f"prompt tokens a step: while streams decode, what fits in ~{opts.prefill_step_ms} ms "
+        f"by the measured steps ({opts.prefill_token_budget} until one is), {alone}"
+    )

@@ -97,11 +97,24 @@ class EngineOptions:
         ),
     )
     prefill_token_budget: int = field(
-        default=256, metadata=option("prompt tokens prefilled per scheduler step at most")
+        default=256,
+        metadata=option(
+            "prompt tokens prefilled per scheduler step while streams decode, until a step was "
+            "timed (always, with --prefill-step-ms 0)"
+        ),
     )
     idle_prefill_token_budget: int = field(
         default=1024,
         metadata=option("the same while no stream decodes (a long prompt alone: fewer chunks)"),
+    )
+    # Every decoding stream waits for a step that carries prompt tokens: its size follows
+    # from the steps' measured time (worker/engine/prefill_pace.py), not one count for all CPUs.
+    prefill_step_ms: int = field(
+        default=250,
+        metadata=option(
+            "while streams decode, size a step's prompt tokens to last about this long, from "
+            "the steps' measured time (0: --prefill-token-budget always)"
+        ),
     )
     enable_prefix_caching: bool = field(
         default=True,
@@ -243,6 +256,8 @@ class EngineOptions:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.prefill_step_ms < 0:
+            raise ValueError(f"prefill_step_ms must be >= 0, got {self.prefill_step_ms}")
         if self.kv_disk_mb < 0:
             raise ValueError(f"kv_disk_mb must be >= 0, got {self.kv_disk_mb}")
         if self.max_model_len is not None and self.max_model_len < 2:

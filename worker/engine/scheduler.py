@@ -10,6 +10,7 @@ import torch
 from common.token_output import FinishReason
 from worker.engine.drafting import Drafter, DraftRounds, DraftRows
 from worker.engine.output_processor import OutputProcessor
+from worker.engine.prefill_pace import PrefillPace
 from worker.engine.scheduler_config import SchedulerConfig, SchedulerCounters
 from worker.engine.sequence import Events, RequestStatus, Sequence, TokenEvent
 from worker.engine.step_plan import Chunk, Delivery, HiddenRows, StepOutput, StepPlan, decode_chunks
@@ -38,6 +39,11 @@ class Scheduler:
         self.config = config or SchedulerConfig()
         self.counters = SchedulerCounters()
         self.drafter = Drafter(self.config.speculative_tokens)
+        config = self.config
+        self.pace: PrefillPace | None = None
+        if config.prefill_step_s > 0:
+            first, most = config.prefill_token_budget, config.most_prompt_tokens
+            self.pace = PrefillPace(config.prefill_step_s, first, most)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._prefilled_last = False  # the last plan fed prompts (steps that do not mix)
@@ -62,7 +68,7 @@ class Scheduler:
         self._refill()
         decoding, preempted = self._decoders_with_room()
         alternate = not self.config.mixed_steps and decoding and self._prefilled_last
-        prompts, chunks = ([], []) if alternate else self._plan_prefill(idle=not decoding)
+        prompts, chunks = ([], []) if alternate else self._plan_prefill(len(decoding))
         self._prefilled_last = bool(chunks)
         if chunks:
             riding = decoding if self.config.mixed_steps else []
@@ -159,9 +165,18 @@ class Scheduler:
         seq.move_to(RequestStatus.PREEMPTED)
         self.counters.preemptions += 1
 
-    def _plan_prefill(self, idle: bool) -> tuple[list[Sequence], list[Chunk]]:
+    def prompt_budget(self, decode_rows: int) -> int:
+        """Prompt tokens a step may feed while `decode_rows` streams decode: the idle budget
+        while none does (nobody waits), else the pace's, or the fixed budget without one."""
+        if decode_rows == 0:
+            return self.config.most_prompt_tokens
+        if self.pace is None:
+            return self.config.prefill_token_budget
+        return self.pace.budget(decode_rows)
+
+    def _plan_prefill(self, decode_rows: int) -> tuple[list[Sequence], list[Chunk]]:
         """Uncomputed prompt tokens of several sequences, under the step's budget, and whose."""
-        budget, least = self.config.step_budget(idle), self.config.prefill_token_budget
+        budget, least = self.prompt_budget(decode_rows), self.config.prefill_token_budget
         chunks: list[Chunk] = []
         seqs: list[Sequence] = []
         for seq in self.running:

@@ -15,16 +15,20 @@ class SchedulerConfig:
     # The same while no stream decodes: nobody waits for the step then, and a long prompt
     # alone computes faster in fewer, larger chunks (each re-reads every key before it).
     idle_prefill_token_budget: int = 1024
+    # While streams decode, size each step's prompt tokens to last about this long from the
+    # steps' measured time (PrefillPace), prefill_token_budget only until one is measured
+    # and for prompts that record every token's logits; 0: prefill_token_budget always.
+    prefill_step_s: float = 0.0
     idle_wait_s: float = 0.5
     speculative_tokens: int = 8  # drafted tokens per sequence and step at most; 0: none
     # Decoding sequences feed their token in a prompt chunk's forward, when there is one,
     # instead of a decode forward of their own after it (Scheduler.schedule).
     mixed_steps: bool = True
 
-    def step_budget(self, idle: bool) -> int:
-        """Prompt tokens one step may feed: the idle budget while no stream decodes."""
-        least = self.prefill_token_budget
-        return max(least, self.idle_prefill_token_budget) if idle else least
+    @property
+    def most_prompt_tokens(self) -> int:
+        """The most prompt tokens a step feeds: the idle budget, or the other if larger."""
+        return max(self.prefill_token_budget, self.idle_prefill_token_budget)
 
     def __post_init__(self) -> None:
         if self.max_seqs < 1:
@@ -35,6 +39,8 @@ class SchedulerConfig:
             raise ValueError(
                 f"idle_prefill_token_budget must be >= 1, got {self.idle_prefill_token_budget}"
             )
+        if self.prefill_step_s < 0:
+            raise ValueError(f"prefill_step_s must be >= 0, got {self.prefill_step_s}")
         if self.speculative_tokens < 0:
             raise ValueError(f"speculative_tokens must be >= 0, got {self.speculative_tokens}")
 

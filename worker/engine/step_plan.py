@@ -107,6 +107,11 @@ class StepPlan:
     def num_prompt_tokens(self) -> int:
         return sum(len(c.token_ids) for c in self.prompt_chunks)
 
+    @property
+    def num_rows(self) -> int:
+        """Rows the forward feeds: prompt tokens, decoded tokens and drafts."""
+        return sum(len(c.token_ids) for c in self.chunks)
+
     def first_rows(self) -> list[int]:
         """Each decode's first row among the decode rows (its drafts follow it)."""
         rows, row = [], 0

@@ -103,6 +103,7 @@ def plan_bench(
     mixed_steps: bool = True,
     speculative_tokens: int = 0,
     cache_class: type[PageCache] = PageCache,
+    prefill_step_s: float = 0.0,
 ) -> PlanBench:
     storage = KVStorage(1, num_pages, page_size, 1, 1, torch.float32, torch.device("cpu"))
     cache = cache_class(storage, page_size, 256, True, watermark=0.0)
@@ -114,6 +115,7 @@ def plan_bench(
         idle_prefill_token_budget=idle_budget or budget,
         mixed_steps=mixed_steps,
         speculative_tokens=speculative_tokens,
+        prefill_step_s=prefill_step_s,
     )
     scheduler = Scheduler(cache, OutputProcessor(tokenizer), config)
     requests = RequestFactory(tokenizer, 256)

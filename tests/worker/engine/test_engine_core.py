@@ -51,6 +51,25 @@ def test_prompts_of_different_lengths_prefill_in_one_forward_then_decode_togethe
     assert stack.cache.stats().pages_in_use == 0
 
 
+def test_the_steps_that_feed_prompt_tokens_are_timed_for_the_pace(default_model_dir: Path):
+    stack = tiny_stack(default_model_dir, prefill_step_s=0.5)
+    pace = stack.scheduler.scheduler.pace
+    assert pace is not None
+    observed: list[tuple[int, float]] = []
+    observe = pace.observe
+
+    def spy(rows: int, seconds: float) -> None:
+        observed.append((rows, seconds))
+        observe(rows, seconds)
+
+    pace.observe = spy  # type: ignore[method-assign]
+    stack.submit(list(range(2000, 2040)), "long", max_tokens=3)
+    stack.run()  # a prompt step, then two decode steps, which the pace does not read
+    [(rows, seconds)] = observed
+    assert rows == 40 and 0 < seconds < 60
+    assert pace.row_s == pytest.approx(seconds / 40)
+
+
 @pytest.mark.slow  # seconds: the tiny model over the default tokenizer, many steps
 def test_batched_output_equals_each_prompt_alone(default_model_dir: Path):
     prompts = [list(range(700, 700 + n)) for n in (3, 8, 17, 30)]
