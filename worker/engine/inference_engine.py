@@ -290,6 +290,6 @@ def prefill_note(opts: EngineOptions) -> str:
     if opts.prefill_step_ms == 0:
         return f"prompt tokens a step: {opts.prefill_token_budget} while streams decode, {alone}"
     return (
-        f"prompt tokens a step: while streams decode, what fits in ~{opts.prefill_step_ms} ms "
-        f"by the measured steps ({opts.prefill_token_budget} until one is), {alone}"
+        f"prompt tokens a step: while streams decode {opts.prefill_token_budget} at most, fewer "
+        f"where a step would outlast {opts.prefill_step_ms} ms (measured), {alone}"
     )

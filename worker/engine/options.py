@@ -99,8 +99,8 @@ class EngineOptions:
     prefill_token_budget: int = field(
         default=256,
         metadata=option(
-            "prompt tokens prefilled per scheduler step while streams decode, until a step was "
-            "timed (always, with --prefill-step-ms 0)"
+            "prompt tokens prefilled per scheduler step at most while streams decode (fewer "
+            "where a step would outlast --prefill-step-ms)"
         ),
     )
     idle_prefill_token_budget: int = field(
@@ -108,12 +108,13 @@ class EngineOptions:
         metadata=option("the same while no stream decodes (a long prompt alone: fewer chunks)"),
     )
     # Every decoding stream waits for a step that carries prompt tokens: its size follows
-    # from the steps' measured time (worker/engine/prefill_pace.py), not one count for all CPUs.
+    # from the steps' measured time too (worker/engine/prefill_pace.py), not one count for all
+    # CPUs.
     prefill_step_ms: int = field(
         default=250,
         metadata=option(
-            "while streams decode, size a step's prompt tokens to last about this long, from "
-            "the steps' measured time (0: --prefill-token-budget always)"
+            "while streams decode, feed fewer prompt tokens a step where it would last longer "
+            "than this, from the steps' measured time (0: --prefill-token-budget always)"
         ),
     )
     enable_prefix_caching: bool = field(

@@ -3,9 +3,10 @@
 Why: every decoding stream waits for a step that carries prompt tokens. One token count for
 all machines is a short wait on a fast CPU and a long one on a slow one, and a prompt's later
 chunks cost more per token than its first (each attends to every key before it). A time lets
-each machine, and each point of a long prompt, feed what fits in it. Smaller chunks cost a
-long prompt some speed (each re-reads the keys before it): the default time trades that
-against the streams' waits (docs/BENCHMARKS.md, "Prompt steps paced by time").
+each machine, and each point of a long prompt, feed what fits in it, up to the fixed budget.
+Smaller chunks cost a long prompt some speed (each re-reads the keys before it): the default
+time trades that against the streams' waits (docs/BENCHMARKS.md, "Prompt steps paced by
+time").
 """
 
 from __future__ import annotations
@@ -27,17 +28,19 @@ GRAIN = 16  # budgets are multiples of this (a page's tokens, by default)
 @dataclass
 class PrefillPace:
     """The prompt-token budget of a step while `decode_rows` streams ride in it: as many
-    tokens as make the step last about `step_s`, at the seconds per row fed measured so far;
-    `start` until a step with prompt tokens was measured, never more than `most`."""
+    tokens as make the step last about `step_s`, at the seconds per row fed measured so far,
+    and never more than `most` (the fixed budget, also the budget until a step with prompt
+    tokens was measured). Why a ceiling: a burst of short prompts gets its first tokens at
+    the end of the step that feeds them, so on a fast CPU fewer, larger steps would make
+    their mean wait longer, not shorter."""
 
     step_s: float
-    start: int
     most: int
     row_s: float | None = None  # seconds per row fed, smoothed over the measured steps
 
     def budget(self, decode_rows: int) -> int:
         if self.row_s is None:
-            return min(self.start, self.most)
+            return self.most
         fits = int(self.step_s / self.row_s) - decode_rows
         return min(self.most, max(LEAST, fits // GRAIN * GRAIN))
 

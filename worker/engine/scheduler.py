@@ -42,8 +42,7 @@ class Scheduler:
         config = self.config
         self.pace: PrefillPace | None = None
         if config.prefill_step_s > 0:
-            first, most = config.prefill_token_budget, config.most_prompt_tokens
-            self.pace = PrefillPace(config.prefill_step_s, first, most)
+            self.pace = PrefillPace(config.prefill_step_s, config.prefill_token_budget)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._prefilled_last = False  # the last plan fed prompts (steps that do not mix)

@@ -15,9 +15,8 @@ class SchedulerConfig:
     # The same while no stream decodes: nobody waits for the step then, and a long prompt
     # alone computes faster in fewer, larger chunks (each re-reads every key before it).
     idle_prefill_token_budget: int = 1024
-    # While streams decode, size each step's prompt tokens to last about this long from the
-    # steps' measured time (PrefillPace), prefill_token_budget only until one is measured
-    # and for prompts that record every token's logits; 0: prefill_token_budget always.
+    # While streams decode, fewer prompt tokens than prefill_token_budget where a step would
+    # last longer than this, from the steps' measured time (PrefillPace); 0: the budget always.
     prefill_step_s: float = 0.0
     idle_wait_s: float = 0.5
     speculative_tokens: int = 8  # drafted tokens per sequence and step at most; 0: none

@@ -63,28 +63,30 @@ def test_a_prompt_takes_the_idle_budget_only_while_no_stream_decodes(default_mod
     )
 
 
-def test_a_paced_step_feeds_the_prompt_tokens_that_fit_its_time_beside_the_decode_rows(
+def test_a_paced_step_feeds_the_prompt_tokens_that_fit_its_time_up_to_the_budget(
     default_model_dir: Path,
 ):
     bench = plan_bench(
-        default_model_dir, num_pages=128, budget=8, idle_budget=512, prefill_step_s=0.1
+        default_model_dir, num_pages=128, budget=128, idle_budget=512, prefill_step_s=0.1
     )
-    bench.submit([5, 6, 7], "short", max_tokens=4)
+    pace = bench.scheduler.pace
+    assert pace is not None and pace.budget(decode_rows=1) == 128  # nothing timed yet
+    bench.submit([5, 6, 7], "short", max_tokens=3)
     bench.step(300)
+    pace.observe(rows=200, seconds=0.2)  # 1 ms a row: 100 rows in 0.1 s, one of them "short"
     long_ = list(range(100, 300))
     bench.submit(long_, "long")
-    plan = bench.step(301)  # no step with 32 rows measured yet: the fixed budget
-    assert plan.chunks == (Chunk(1, 0, long_[:8], False, prompt=True), decode_row(0, 3, 300))
-    pace = bench.scheduler.pace
-    assert pace is not None
-    pace.observe(rows=200, seconds=0.2)  # 1 ms a row: 100 rows in 0.1 s, one of them "short"
-    plan = bench.step(302)
-    assert plan.chunks == (Chunk(1, 8, long_[8:104], False, prompt=True), decode_row(0, 4, 301))
+    plan = bench.step(301)
+    assert plan.chunks == (Chunk(1, 0, long_[:96], False, prompt=True), decode_row(0, 3, 300))
     pace.observe(rows=100, seconds=0.1)
-    pace.observe(rows=100, seconds=1.9)  # dearer rows (later chunks): 10 ms a row
-    assert bench.step(303).chunks[0] == Chunk(1, 104, long_[104:168], False, prompt=True)
-    # "short" has its four tokens: nobody waits, the idle budget.
-    assert bench.step(400).chunks == (Chunk(1, 168, long_[168:], True, prompt=True),)
+    pace.observe(rows=100, seconds=1.9)  # dearer rows (a longer context): 10 ms a row
+    plan = bench.step(302)
+    assert plan.chunks == (Chunk(1, 96, long_[96:160], False, prompt=True), decode_row(0, 4, 301))
+    # "short" has its three tokens: nobody waits, the idle budget.
+    assert bench.step(400).chunks == (Chunk(1, 160, long_[160:], True, prompt=True),)
+    for _ in range(10):  # fast steps: never more than the budget
+        pace.observe(rows=100, seconds=0.001)
+    assert pace.budget(decode_rows=1) == 128
 
 
 def test_a_prompt_that_records_its_logprobs_keeps_the_usual_chunk(default_model_dir: Path):
