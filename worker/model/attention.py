@@ -185,31 +185,38 @@ class Attention(nn.Module):
         causal = self.window == 0 and q.device.type == "cpu"
         native = causal and d % 16 == 0 and q.dtype == torch.float32
         native = native and prefill_attention_available()
+        in_place = k_cache.dtype == q.dtype and k_cache.shape[1:] == (kvh, d)
+        in_place = in_place and k_cache.is_contiguous() and v_cache.is_contiguous()
         for i, (qlen, klen) in enumerate(batch.seq_lengths):
             if i in grouped:
                 continue
             start = offsets[i]
             slots = batch.read_slots[i, :klen]
-            keys = read_rows(k_cache, slots).to(q.dtype).view(klen, kvh, d)
-            values = read_rows(v_cache, slots).to(q.dtype).view(klen, kvh, d)
             # (KVH, Q*G, D), row q*G + g: the layout of the batch's mask rows.
             queries = q[start : start + qlen].view(qlen, kvh, g, d).transpose(0, 1)
             queries = queries.reshape(kvh, qlen * g, d)
-            if native:
-                att = torch.ops.astrai.prefill_attention(queries.contiguous(), keys, values, g)
-            elif causal and klen - qlen >= MIN_PREFIX_KEYS:  # the keys before need no mask
-                att = attend_after_prefix(queries, keys, values, g)
+            if native and in_place:  # the cache's rows read where they lie, not gathered
+                att = torch.ops.astrai.prefill_attention(
+                    queries.contiguous(), k_cache, v_cache, g, slots.contiguous()
+                )
             else:
-                rows_mask = mask[i : i + 1, :, : qlen * g, :klen]
-                # 4-d inputs: with 3-d ones the CPU falls back from the flash kernel to a slow
-                # reference path (bmm, where, softmax; docs/BENCHMARKS.md, Figures behind the
-                # code).
-                att = F.scaled_dot_product_attention(
-                    queries[None],
-                    keys.transpose(0, 1)[None],
-                    values.transpose(0, 1)[None],
-                    rows_mask,
-                )[0]
+                keys = read_rows(k_cache, slots).to(q.dtype).view(klen, kvh, d)
+                values = read_rows(v_cache, slots).to(q.dtype).view(klen, kvh, d)
+                if native:
+                    att = torch.ops.astrai.prefill_attention(queries.contiguous(), keys, values, g)
+                elif causal and klen - qlen >= MIN_PREFIX_KEYS:  # no mask for the keys before
+                    att = attend_after_prefix(queries, keys, values, g)
+                else:
+                    rows_mask = mask[i : i + 1, :, : qlen * g, :klen]
+                    # 4-d inputs: with 3-d ones the CPU falls back from the flash kernel to a
+                    # slow reference path (bmm, where, softmax; docs/BENCHMARKS.md, Figures
+                    # behind the code).
+                    att = F.scaled_dot_product_attention(
+                        queries[None],
+                        keys.transpose(0, 1)[None],
+                        values.transpose(0, 1)[None],
+                        rows_mask,
+                    )[0]
             att = att.view(kvh, qlen, g, d).transpose(0, 1).reshape(qlen, kvh * g * d)
             out[start : start + qlen] = att
         return out

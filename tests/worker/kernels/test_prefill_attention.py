@@ -61,6 +61,31 @@ def test_equals_sdpa_under_the_causal_mask(kv_heads, group, dim, queries, keys):
     torch.testing.assert_close(got, sdpa_causal(q, k, v, group), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize(("kv_heads", "group", "dim", "queries", "keys"), SHAPES)
+def test_the_cache_read_in_place_gives_the_gathered_rows_bits(kv_heads, group, dim, queries, keys):
+    """Key t at cache row slots[t]: pages of 16 rows in shuffled order, a page cut short, and
+    rows of other sequences between them, against the same rows gathered first."""
+    torch.manual_seed(keys)
+    pages = torch.randperm(keys // 16 + 4)[: -(-keys // 16)] * 16
+    slots = (pages[:, None] + torch.arange(16)).reshape(-1)[:keys].contiguous()
+    if keys > 40:
+        slots[35] = slots[-1] + 16  # one key off its page: the slow transpose's rows
+    rows = int(slots.max()) + 1
+    k_cache, v_cache = torch.randn(rows, kv_heads, dim), torch.randn(rows, kv_heads, dim)
+    q = torch.randn(kv_heads, queries * group, dim)
+    gathered = torch.ops.astrai.prefill_attention(q, k_cache[slots], v_cache[slots], group)
+    in_place = torch.ops.astrai.prefill_attention(q, k_cache, v_cache, group, slots)
+    assert torch.equal(in_place, gathered)
+
+
+def test_slots_outside_the_cache_are_refused():
+    q, k = torch.randn(2, 6, 64), torch.randn(10, 2, 64)
+    with pytest.raises(RuntimeError, match="within the cache"):
+        torch.ops.astrai.prefill_attention(q, k, k, 3, torch.tensor([0, 1, 10]))
+    with pytest.raises(RuntimeError, match="int64"):
+        torch.ops.astrai.prefill_attention(q, k, k, 3, torch.tensor([0, 1, 2], dtype=torch.int32))
+
+
 def test_bad_shapes_are_refused_by_name():
     q, k = torch.randn(2, 6, 64), torch.randn(10, 2, 64)
     with pytest.raises(RuntimeError, match="multiple of 16"):

@@ -10,7 +10,8 @@
 //
 // Shapes: queries (KVH, R, D), the rows of one kv head's query heads, row r = q * G + g for
 // query q and group member g, the queries being the last R / G of the sequence's T keys;
-// keys, values (T, KVH, D). Row r sees keys 0 .. T - R / G + r / G. Out (KVH, R, D).
+// keys, values (T, KVH, D), or with `slots` (T,) the KV cache's rows, key t at slots[t].
+// Row r sees keys 0 .. T - R / G + r / G. Out (KVH, R, D).
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "parallel.h"
@@ -58,6 +60,23 @@ using V = Vec::T;
 constexpr int64_t kBlockRows = 192;
 constexpr int64_t kKeys = 64;  // keys a block holds
 
+// Where key t's row lies: row t of gathered keys, or the cache row slots[t] (read in place: a
+// chunk after thousands of keys would otherwise copy them all first, each layer).
+struct KeyRows {
+  const float* base;     // (T or cache rows, KVH, D)
+  int64_t stride;        // KVH * D
+  const int64_t* slots;  // nullptr: row t is row t
+  const float* row(int64_t t) const { return base + (slots ? slots[t] : t) * stride; }
+  // Rows t .. t + n - 1 one after another (a page's, or gathered ones).
+  bool consecutive(int64_t t, int64_t n) const {
+    if (slots == nullptr) return true;
+    for (int64_t j = 1; j < n; ++j) {
+      if (slots[t + j] != slots[t] + j) return false;
+    }
+    return true;
+  }
+};
+
 // scores[i][k0 .. k0 + NK lanes) = q_i . keys[j] for R rows; key_t (D, 64): the block's keys
 // transposed, each query element broadcast against a row of it.
 template <int R, int NK>
@@ -80,9 +99,10 @@ inline void block_scores(const float* q, int64_t dim, const float* key_t, int64_
   }
 }
 
-// out_i[d0 .. d0 + NV lanes) += sum_j probs[i][j] values[j][d0 ..], over `keys` keys, R rows.
+// out_i[d0 .. d0 + NV lanes) += sum_j probs[i][j] values[j][d0 ..], over `keys` keys, R rows;
+// values[j] points at key j's row, at d0.
 template <int R, int NV>
-inline void block_values(const float* probs, const float* values, int64_t v_stride, int64_t keys,
+inline void block_values(const float* probs, const float* const* values, int64_t d0, int64_t keys,
                          float* out, int64_t out_stride) {
   V acc[R][NV];
   for (int i = 0; i < R; ++i) {
@@ -90,7 +110,7 @@ inline void block_values(const float* probs, const float* values, int64_t v_stri
   }
   for (int64_t j = 0; j < keys; ++j) {
     V v[NV];
-    for (int c = 0; c < NV; ++c) v[c] = Vec::load(values + j * v_stride + c * Vec::kLanes);
+    for (int c = 0; c < NV; ++c) v[c] = Vec::load(values[j] + d0 + c * Vec::kLanes);
     for (int i = 0; i < R; ++i) {
       const V p = Vec::set1(probs[i * kKeys + j]);
       for (int c = 0; c < NV; ++c) acc[i][c] = Vec::fma(p, v[c], acc[i][c]);
@@ -110,30 +130,36 @@ void rows_scores(const float* q, int64_t dim, const float* key_t, float* scores)
 }
 
 template <int R>
-void rows_values(const float* probs, const float* values, int64_t v_stride, int64_t keys,
-                 int64_t dim, float* out) {
+void rows_values(const float* probs, const float* const* values, int64_t keys, int64_t dim,
+                 float* out) {
   constexpr int64_t step = Vec::kValueVectors * Vec::kLanes;
   int64_t d0 = 0;
   for (; d0 + step <= dim; d0 += step) {
-    block_values<R, Vec::kValueVectors>(probs, values + d0, v_stride, keys, out + d0, dim);
+    block_values<R, Vec::kValueVectors>(probs, values, d0, keys, out + d0, dim);
   }
   for (; d0 < dim; d0 += Vec::kLanes) {
-    block_values<R, 1>(probs, values + d0, v_stride, keys, out + d0, dim);
+    block_values<R, 1>(probs, values, d0, keys, out + d0, dim);
   }
 }
 
-// key_t (T / 64 blocks, D, 64) of one kv head: each block of keys transposed, zeros past T.
-void transpose_keys(const float* k, int64_t key_stride, int64_t total, int64_t dim, int64_t block,
+// key_t (T / 64 blocks, D, 64) of one kv head (its rows from `head` on): each block of keys
+// transposed, zeros past T.
+void transpose_keys(const KeyRows& keys, int64_t head, int64_t total, int64_t dim, int64_t block,
                     float* key_t) {
   const int64_t key0 = block * kKeys, n = std::min(kKeys, total - key0);
   float* out = key_t + block * dim * kKeys;
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    for (int64_t d = 0; d < dim; d += 16)
-      transpose16(k + (key0 + j) * key_stride + d, key_stride, out + d * kKeys + j, kKeys);
-  }
-  for (; j < n; ++j) {
-    for (int64_t d = 0; d < dim; ++d) out[d * kKeys + j] = k[(key0 + j) * key_stride + d];
+  for (int64_t j = 0; j < n; j += 16) {
+    const int64_t rows = std::min<int64_t>(16, n - j);
+    if (rows == 16 && keys.consecutive(key0 + j, 16)) {
+      const float* first = keys.row(key0 + j) + head;
+      for (int64_t d = 0; d < dim; d += 16)
+        transpose16(first + d, keys.stride, out + d * kKeys + j, kKeys);
+      continue;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = keys.row(key0 + j + r) + head;
+      for (int64_t d = 0; d < dim; ++d) out[d * kKeys + j + r] = row[d];
+    }
   }
   for (int64_t d = 0; d < dim; ++d) std::fill(out + d * kKeys + n, out + (d + 1) * kKeys, 0.f);
 }
@@ -177,9 +203,10 @@ inline void online_softmax(const float* s, float* p, int64_t seen, float& run_ma
 }
 
 // One kv head's rows [row0, row0 + rows) over the keys they see; q pre-scaled by D^-0.5.
-void attend_block(const float* q, const float* key_t, const float* v, int64_t key_stride,
+void attend_block(const float* q, const float* key_t, const KeyRows& values, int64_t head,
                   int64_t dim, int64_t first_query_pos, int64_t group, int64_t row0, int64_t rows,
                   float* out) {
+  const float* value_rows[kKeys];
   float scores[kBlockRows * kKeys], probs[kBlockRows * kKeys];
   float run_max[kBlockRows], run_sum[kBlockRows];
   std::fill(run_max, run_max + rows, -std::numeric_limits<float>::infinity());
@@ -198,8 +225,9 @@ void attend_block(const float* q, const float* key_t, const float* v, int64_t ke
       online_softmax(scores + i * kKeys, probs + i * kKeys, seen, run_max[i], run_sum[i],
                      out + i * dim, dim);
     }
+    for (int64_t j = 0; j < n; ++j) value_rows[j] = values.row(key0 + j) + head;
     in_runs_of<Vec::kValueRows>(rows, [&]<int R>(int64_t i) {
-      rows_values<R>(probs + i * kKeys, v + key0 * key_stride, key_stride, n, dim, out + i * dim);
+      rows_values<R>(probs + i * kKeys, value_rows, n, dim, out + i * dim);
     });
   }
   for (int64_t i = 0; i < rows; ++i) scale_row(out + i * dim, dim, 1.f / run_sum[i]);
@@ -215,7 +243,8 @@ bool prefill_attention_available() {
 }
 
 at::Tensor prefill_attention(const at::Tensor& queries, const at::Tensor& keys,
-                             const at::Tensor& values, int64_t group) {
+                             const at::Tensor& values, int64_t group,
+                             const std::optional<at::Tensor>& slots) {
   TORCH_CHECK(prefill_attention_available(), "prefill_attention needs AVX-512");
   TORCH_CHECK(queries.dim() == 3 && keys.dim() == 3 && values.sizes() == keys.sizes(),
               "queries (KVH, R, D), keys and values (T, KVH, D)");
@@ -225,7 +254,17 @@ at::Tensor prefill_attention(const at::Tensor& queries, const at::Tensor& keys,
   TORCH_CHECK(queries.is_contiguous() && keys.is_contiguous() && values.is_contiguous(),
               "contiguous queries, keys and values");
   const int64_t kv_heads = queries.size(0), rows = queries.size(1), dim = queries.size(2);
-  const int64_t total_keys = keys.size(0);
+  const int64_t* slot = nullptr;
+  int64_t total_keys = keys.size(0);
+  if (slots.has_value()) {  // keys and values are the cache; key t is its row slots[t]
+    TORCH_CHECK(slots->dim() == 1 && slots->scalar_type() == at::kLong && slots->is_contiguous(),
+                "slots: one contiguous int64 row index a key");
+    total_keys = slots->size(0);
+    TORCH_CHECK(total_keys == 0 || (slots->min().item<int64_t>() >= 0 &&
+                                    slots->max().item<int64_t>() < keys.size(0)),
+                "slots within the cache's rows");
+    slot = slots->data_ptr<int64_t>();
+  }
   TORCH_CHECK(keys.size(1) == kv_heads && keys.size(2) == dim && dim % 16 == 0,
               "keys (T, KVH, D) with the queries' KVH and D, D a multiple of 16");
   TORCH_CHECK(group >= 1 && rows % group == 0 && rows / group <= total_keys,
@@ -240,14 +279,14 @@ at::Tensor prefill_attention(const at::Tensor& queries, const at::Tensor& keys,
   const at::Tensor scaled = queries.mul(1.0 / std::sqrt(static_cast<double>(dim)));
   at::Tensor key_t = at::empty({kv_heads, key_blocks * dim * kKeys}, queries.options());
   const float* q = scaled.data_ptr<float>();
-  const float* k = keys.data_ptr<float>();
-  const float* v = values.data_ptr<float>();
+  const KeyRows k{keys.data_ptr<float>(), kv_heads * dim, slot};
+  const KeyRows v{values.data_ptr<float>(), kv_heads * dim, slot};
   float* kt = key_t.data_ptr<float>();
   float* o = out.data_ptr<float>();
   parallel_chunks(kv_heads * key_blocks, 16, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t head = task / key_blocks;
-      transpose_keys(k + head * dim, kv_heads * dim, total_keys, dim, task % key_blocks,
+      transpose_keys(k, head * dim, total_keys, dim, task % key_blocks,
                      kt + head * key_blocks * dim * kKeys);
     }
   });
@@ -256,9 +295,8 @@ at::Tensor prefill_attention(const at::Tensor& queries, const at::Tensor& keys,
     for (int64_t task = begin; task < end; ++task) {
       const int64_t head = task % kv_heads, block = blocks - 1 - task / kv_heads;
       const int64_t row0 = block * kBlockRows, n = std::min(kBlockRows, rows - row0);
-      attend_block(q + head * rows * dim, kt + head * key_blocks * dim * kKeys, v + head * dim,
-                   kv_heads * dim, dim, first_query_pos, group, row0, n,
-                   o + (head * rows + row0) * dim);
+      attend_block(q + head * rows * dim, kt + head * key_blocks * dim * kKeys, v, head * dim, dim,
+                   first_query_pos, group, row0, n, o + (head * rows + row0) * dim);
     }
   });
 #endif
@@ -268,7 +306,9 @@ at::Tensor prefill_attention(const at::Tensor& queries, const at::Tensor& keys,
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(astrai, m) {
-  m.def("prefill_attention(Tensor queries, Tensor keys, Tensor values, int group) -> Tensor");
+  m.def(
+      "prefill_attention(Tensor queries, Tensor keys, Tensor values, int group, "
+      "Tensor? slots=None) -> Tensor");
   m.def("prefill_attention_available() -> bool", &prefill_attention_available);
 }
 
