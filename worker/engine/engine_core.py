@@ -69,12 +69,11 @@ class EngineCore:
         events = self.scheduler.update(plan, output)
         while (rows := self.scheduler.draft_rows) is not None:
             events += self.scheduler.update_drafts(self.executor.sample_drafted(rows, output))
-        seconds, pace = time.perf_counter() - start, self.scheduler.pace
-        cost = self.scheduler.drafter.cost
+        seconds, cost = time.perf_counter() - start, self.scheduler.drafter.cost
         if cost is not None and plan.is_decode_only:  # the served step, sampling included
             cost.observe(len(plan.chunks), seconds)
-        if pace is not None and plan.prompt_chunks:
-            pace.observe(plan.num_rows, seconds)
+        if plan.prompt_chunks:
+            self.scheduler.pace.observe(plan.num_rows, seconds)
         self._in_flight = None
         self._emit(events)
 
@@ -86,7 +85,7 @@ class EngineCore:
         """End every live sequence with an error."""
         plan, self._in_flight = self._in_flight, None
         if plan is not None:  # ended by an abort in a step that then failed: say so still
-            self._emit([(seq, self.scheduler.finish_event(seq)) for seq in plan.aborted])
+            self._emit([(seq, seq.end_event()) for seq in plan.aborted])
         with self._lock:  # the requests handed in, leaving aborts for the next take
             arrived, self._arrived = list(self._arrived), deque()
         self._emit(self.scheduler.fail_all(arrived, exc))

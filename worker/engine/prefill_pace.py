@@ -29,17 +29,17 @@ GRAIN = 16  # budgets are multiples of this (a page's tokens, by default)
 class PrefillPace:
     """The prompt-token budget of a step while `decode_rows` streams ride in it: as many
     tokens as make the step last about `step_s`, at the seconds per row fed measured so far,
-    and never more than `most` (the fixed budget, also the budget until a step with prompt
-    tokens was measured). Why a ceiling: a burst of short prompts gets its first tokens at
-    the end of the step that feeds them, so on a fast CPU fewer, larger steps would make
-    their mean wait longer, not shorter."""
+    and never more than `most` (the fixed budget; the budget too until a step with prompt
+    tokens was measured, and always where `step_s` is 0). Why a ceiling: a burst of short
+    prompts gets its first tokens at the end of the step that feeds them, so on a fast CPU
+    fewer, larger steps would make their mean wait longer, not shorter."""
 
     step_s: float
     most: int
     row_s: float | None = None  # seconds per row fed, smoothed over the measured steps
 
     def budget(self, decode_rows: int) -> int:
-        if self.row_s is None:
+        if self.row_s is None or self.step_s <= 0:
             return self.most
         fits = int(self.step_s / self.row_s) - decode_rows
         return min(self.most, max(LEAST, fits // GRAIN * GRAIN))

@@ -12,7 +12,7 @@ from worker.engine.drafting import Drafter, DraftRounds, DraftRows
 from worker.engine.output_processor import OutputProcessor
 from worker.engine.prefill_pace import PrefillPace
 from worker.engine.scheduler_config import SchedulerConfig, SchedulerCounters
-from worker.engine.sequence import Events, RequestStatus, Sequence, TokenEvent
+from worker.engine.sequence import Events, RequestStatus, Sequence
 from worker.engine.step_plan import Chunk, Delivery, HiddenRows, StepOutput, StepPlan, decode_chunks
 from worker.kv.base import KVCache
 from worker.sampling.sampler import SampleOutput
@@ -39,10 +39,7 @@ class Scheduler:
         self.config = config or SchedulerConfig()
         self.counters = SchedulerCounters()
         self.drafter = Drafter(self.config.speculative_tokens)
-        config = self.config
-        self.pace: PrefillPace | None = None
-        if config.prefill_step_s > 0:
-            self.pace = PrefillPace(config.prefill_step_s, config.prefill_token_budget)
+        self.pace = PrefillPace(self.config.prefill_step_s, self.config.prefill_token_budget)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._prefilled_last = False  # the last plan fed prompts (steps that do not mix)
@@ -166,12 +163,8 @@ class Scheduler:
 
     def prompt_budget(self, decode_rows: int) -> int:
         """Prompt tokens a step may feed while `decode_rows` streams decode: the idle budget
-        while none does (nobody waits), else the pace's, or the fixed budget without one."""
-        if decode_rows == 0:
-            return self.config.most_prompt_tokens
-        if self.pace is None:
-            return self.config.prefill_token_budget
-        return self.pace.budget(decode_rows)
+        while none does (nobody waits), else the pace's."""
+        return self.pace.budget(decode_rows) if decode_rows else self.config.most_prompt_tokens
 
     def _plan_prefill(self, decode_rows: int) -> tuple[list[Sequence], list[Chunk]]:
         """Uncomputed prompt tokens of several sequences, under the step's budget, and whose."""
@@ -213,7 +206,7 @@ class Scheduler:
     def update(self, plan: StepPlan, output: StepOutput) -> Events:
         """Commit what the forward computed, append the sampled tokens (a drafted step's first
         round: update_drafts takes the others), finish whoever stopped; the events, in order."""
-        events: Events = [(seq, self.finish_event(seq)) for seq in plan.aborted]
+        events: Events = [(seq, seq.end_event()) for seq in plan.aborted]
         if output.prompt_logits:  # recorded first: a first token's event carries them
             kept = zip(plan.prompts, plan.prompt_chunks, output.prompt_logits, strict=True)
             for seq, chunk, logits in kept:
@@ -283,16 +276,8 @@ class Scheduler:
                 seq.finish(FinishReason.STOP)
                 self.cache.release(seq.seq_id)
                 self.counters.count_pooled(pooled.head is not None)
-                events.append((seq, self.finish_event(seq).carrying(pooled)))
+                events.append((seq, seq.end_event().carrying(pooled)))
         return events
-
-    def finish_event(self, seq: Sequence, error: str | None = None) -> TokenEvent:
-        """The last event of a sequence that ended without a token (abort, error)."""
-        reason = seq.finish_reason
-        assert reason is not None
-        return TokenEvent(
-            seq.request_id, seq.index, "", (), finish_reason=reason, usage=seq.usage(), error=error
-        )
 
     def fail_all(self, arrived: list[list[Sequence]], exc: BaseException) -> Events:
         """End every live sequence (and those just `arrived`) with an error; their events."""
@@ -310,5 +295,5 @@ class Scheduler:
         events = []
         for seq in live:
             seq.finish(FinishReason.ERROR)
-            events.append((seq, self.finish_event(seq, error)))
+            events.append((seq, seq.end_event(error)))
         return events

@@ -216,6 +216,12 @@ class Sequence:
             self.num_cache_written_tokens,
         )
 
+    def end_event(self, error: str | None = None) -> TokenEvent:
+        """The last event of a sequence that ended without a token (abort, error, pooled)."""
+        assert self.finish_reason is not None
+        reason, usage = self.finish_reason, self.usage()
+        return TokenEvent(self.request_id, self.index, "", (), (), reason, usage=usage, error=error)
+
 
 # A step's events, each with the sequence whose sink it goes to, in the order they leave.
 Events = list[tuple[Sequence, TokenEvent]]
