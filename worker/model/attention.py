@@ -14,7 +14,7 @@ from worker.model.config import ModelConfig
 from worker.model.norm import RMSNorm
 from worker.model.paged_attention import attend_in_place
 from worker.model.rope import apply_rope
-from worker.model.shared_prefix import attend_shared
+from worker.model.shared_prefix import attend_shared, attend_shared_in_place
 from worker.model.soft_capped_attention import soft_capped_attention
 
 
@@ -159,13 +159,21 @@ class Attention(nn.Module):
         """
         d, kvh, g = self.head_dim, self.num_kv_heads, self.group
         assert batch.seq_lengths is not None
+        # A plain causal mask (no window), float32 on the CPU: the native kernels, which read
+        # the causal limit from the positions rather than a mask (docs/BENCHMARKS.md, "The
+        # native causal prefill attention"); without them, a chunk after thousands of keys
+        # attends those with no mask (worker.model.causal_prefix).
+        causal = self.window == 0 and q.device.type == "cpu"
+        native = causal and d % 16 == 0 and q.dtype == torch.float32
+        native = native and prefill_attention_available()
+        in_place = k_cache.dtype == q.dtype and k_cache.shape[1:] == (kvh, d)
+        in_place = in_place and k_cache.is_contiguous() and v_cache.is_contiguous()
         out = q.new_empty(q.shape[0], self.num_heads * d)
         grouped: set[int] = set()
         for prefix in batch.shared_prefixes:
             shared = batch.read_slots[prefix.seqs[0], : prefix.length]
-            out.index_copy_(
-                0, prefix.query_rows, attend_shared(q, k_cache, v_cache, shared, prefix)
-            )
+            attend = attend_shared_in_place if native and in_place else attend_shared
+            out.index_copy_(0, prefix.query_rows, attend(q, k_cache, v_cache, shared, prefix))
             grouped.update(prefix.seqs)
         offsets = [0]
         for qlen, _ in batch.seq_lengths:
@@ -178,15 +186,6 @@ class Attention(nn.Module):
             attended = self._attend_rows(q, k_cache, v_cache, batch, mask, single, rows)
             out.index_copy_(0, rows, attended)
             grouped.update(single)
-        # A plain causal mask (no window), float32 on the CPU: the native kernel, which reads
-        # the causal limit from the positions rather than a mask (docs/BENCHMARKS.md, "The
-        # native causal prefill attention"); without it, a chunk after thousands of keys
-        # attends those with no mask (worker.model.causal_prefix).
-        causal = self.window == 0 and q.device.type == "cpu"
-        native = causal and d % 16 == 0 and q.dtype == torch.float32
-        native = native and prefill_attention_available()
-        in_place = k_cache.dtype == q.dtype and k_cache.shape[1:] == (kvh, d)
-        in_place = in_place and k_cache.is_contiguous() and v_cache.is_contiguous()
         for i, (qlen, klen) in enumerate(batch.seq_lengths):
             if i in grouped:
                 continue

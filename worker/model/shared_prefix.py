@@ -5,7 +5,8 @@ attending over the whole shared prompt. Sequence by sequence, every tail gathers
 rows' keys and values again and runs its own small attention over them. All the tails'
 queries against the shared rows in one attention (the rows gathered once), and the tails' own
 rows in one more, padded to the longest, merged by their log-sum-exps, cost less
-(docs/BENCHMARKS.md, Figures behind the code).
+(docs/BENCHMARKS.md, Figures behind the code). With AVX-512 and a float32 cache, one native
+kernel does both parts, reading the cache's rows in place (attend_shared_in_place).
 The merge is exact up to float rounding: softmax over the union of two key sets is the two
 partial softmaxes weighted by their normalisers. Decoding rows riding in the same forward (one
 query each) form a group of their own, so none is padded to a tail's length.
@@ -40,6 +41,8 @@ class SharedPrefix:
     # (S, 1, Q*G, O) float32, 0 = may attend, -inf = may not (the attention kernel that
     # returns log-sum-exps takes no bool mask); padded query rows see their first own row.
     own_mask: torch.Tensor
+    query_counts: torch.Tensor  # (S,) int64: each one's queries, the last of its own rows
+    own_counts: torch.Tensor  # (S,) int64: each one's own rows (of own_slots' O)
 
 
 def find_shared_prefixes(
@@ -92,9 +95,10 @@ def _group(
     own_slots = torch.empty(len(seqs), omax, dtype=torch.int64)
     own_mask = torch.full((len(seqs), 1, qmax * group_size, omax), -torch.inf)
     own_mask[:, :, :, 0] = 0.0  # padded query rows: a row to attend to, dropped after
-    query_rows, padded_rows = [], []
+    query_rows, padded_rows, own_counts = [], [], []
     for s, i in enumerate(seqs):
         qlen, own = query_lengths[i], starts[i] + query_lengths[i] - length
+        own_counts.append(own)
         own_slots[s, :own] = read_slots[i, length : length + own]
         own_slots[s, own:] = read_slots[i, length]  # padding: masked off
         allowed = mask[i, : qlen * group_size, length : length + own]
@@ -102,7 +106,14 @@ def _group(
         query_rows.append(torch.arange(offsets[i], offsets[i] + qlen))
         padded_rows.append(torch.arange(s * qmax, s * qmax + qlen))
     return SharedPrefix(
-        tuple(seqs), length, torch.cat(query_rows), torch.cat(padded_rows), own_slots, own_mask
+        tuple(seqs),
+        length,
+        torch.cat(query_rows),
+        torch.cat(padded_rows),
+        own_slots,
+        own_mask,
+        torch.tensor([query_lengths[i] for i in seqs]),
+        torch.tensor(own_counts),
     )
 
 
@@ -148,3 +159,29 @@ def attend_shared(
     # softmax(a ∪ b) = w·softmax(a) + (1 − w)·softmax(b), w = σ(lse_a − lse_b).
     weight = torch.sigmoid(shared_lse - own_lse)[..., None]
     return torch.lerp(own_out, shared_out, weight).reshape(n, h * d)
+
+
+def attend_shared_in_place(
+    q: torch.Tensor,  # (N_all, H, D) float32: the forward's packed queries
+    k_cache: torch.Tensor,  # (slots, KVH, D) float32, contiguous
+    v_cache: torch.Tensor,
+    shared_slots: torch.Tensor,  # (length,) the shared rows
+    prefix: SharedPrefix,
+) -> torch.Tensor:
+    """(N, H * D), as attend_shared computes it: `astrai::shared_prefix_attention`, every
+    query over the shared rows and then its own, in one online softmax."""
+    kvh, d = k_cache.shape[1], k_cache.shape[2]
+    n, h = prefix.query_rows.shape[0], q.shape[1]
+    g = h // kvh
+    queries = q.index_select(0, prefix.query_rows).view(n, kvh, g, d).transpose(0, 1)
+    out = torch.ops.astrai.shared_prefix_attention(
+        queries.reshape(kvh, n * g, d).contiguous(),
+        k_cache,
+        v_cache,
+        g,
+        shared_slots.contiguous(),
+        prefix.own_slots,
+        prefix.query_counts,
+        prefix.own_counts,
+    )
+    return out.view(kvh, n, g, d).transpose(0, 1).reshape(n, h * d)

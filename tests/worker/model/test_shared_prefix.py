@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
+from worker.kernels import build
 from worker.model.shared_prefix import (
     MAX_GROUPED_QUERY,
     MIN_SHARED_ROWS,
     attend_shared,
+    attend_shared_in_place,
     find_shared_prefixes,
 )
 
@@ -90,7 +93,13 @@ def test_no_group_for_one_sequence_short_shares_or_queries_inside_the_rows():
     assert find_shared_prefixes(inside, starts, mask, [33, 1], G) == ()
 
 
-def test_merged_attention_equals_attention_over_each_whole_context():
+@pytest.mark.parametrize("native", [False, True], ids=["torch", "native"])
+def test_merged_attention_equals_attention_over_each_whole_context(native: bool):
+    """The torch path (two attentions merged) and the native kernel (one online softmax over
+    the shared rows and then each sequence's own, read from the cache in place)."""
+    if native and not build.prefill_attention_available():
+        pytest.skip("the native attention kernels need AVX-512")
+    attend = attend_shared_in_place if native else attend_shared
     torch.manual_seed(0)
     kvh, d = 3, 16
     length, starts, lengths = 70, [70, 73, 70, 75], [5, 1, 9, 1]
@@ -107,7 +116,7 @@ def test_merged_attention_equals_attention_over_each_whole_context():
     merged = torch.empty(sum(lengths), kvh * G * d)
     for group in (tails, decoding):
         shared = torch.arange(length)
-        merged[group.query_rows] = attend_shared(queries, keys, values, shared, group)
+        merged[group.query_rows] = attend(queries, keys, values, shared, group)
     offset = 0
     for i, qlen in enumerate(lengths):
         context = starts[i] + qlen
