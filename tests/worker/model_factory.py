@@ -188,6 +188,32 @@ def transformers_generate(
     return list(out[0, len(prompt_ids) :].tolist())
 
 
+def transformers_generate_batch(
+    hf: PreTrainedModel, prompts: list[list[int]], max_new_tokens: int, pad_token_id: int
+) -> list[list[int]]:
+    """transformers' own greedy `generate` for every prompt in one left-padded batch (its
+    weights read once a step for all of them), each cut after its first end-of-text token as
+    `generate` on the prompt alone stops there."""
+    width = max(len(ids) for ids in prompts)
+    padded = [[pad_token_id] * (width - len(ids)) + ids for ids in prompts]
+    mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts]
+    with torch.inference_mode():
+        out = hf.generate(
+            torch.tensor(padded),
+            attention_mask=torch.tensor(mask),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=pad_token_id,
+        )
+    eos = hf.generation_config.eos_token_id
+    stops = set(eos if isinstance(eos, list) else [eos])
+    rows = []
+    for row in out[:, width:].tolist():
+        end = next((i + 1 for i, token in enumerate(row) if token in stops), len(row))
+        rows.append(row[:end])
+    return rows
+
+
 def random_tokens(length: int, seed: int) -> list[int]:
     gen = torch.Generator().manual_seed(seed)
     return torch.randint(0, VOCAB, (length,), generator=gen).tolist()

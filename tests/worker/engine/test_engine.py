@@ -12,7 +12,7 @@ import torch
 from bench.accuracy import sequence_logits as full_sequence_logits
 from common.sampling_params import SamplingParams
 from tests.worker.gguf_oracle import transformers_from_gguf
-from tests.worker.model_factory import transformers_generate
+from tests.worker.model_factory import transformers_generate_batch
 from worker.engine.inference_engine import InferenceEngine
 from worker.engine.sequence import TokenEvent
 from worker.kv.kv_rows import KV_DTYPES, Q8_0
@@ -92,18 +92,22 @@ def greedy_token_ids(
     return [tokens[i] for i in ids]
 
 
-def transformers_greedy(engine: InferenceEngine, prompt: str, max_tokens: int) -> list[int]:
+def transformers_greedy(
+    engine: InferenceEngine, prompts: list[str], max_tokens: int
+) -> list[list[int]]:
+    """transformers' greedy tokens for each prompt, the file dequantized by its own loader."""
     source = gguf_source(engine.model_dir)
     assert source is not None
     reference = transformers_from_gguf(source)
-    prompt_ids = engine.requests.prompt_token_ids(prompt)
-    return transformers_generate(reference, prompt_ids, max_tokens, pad_token_id=2)
+    ids = [engine.requests.prompt_token_ids(prompt) for prompt in prompts]
+    return transformers_generate_batch(reference, ids, max_tokens, pad_token_id=2)
 
 
 def test_greedy_output_equals_transformers_generate(engine: InferenceEngine):
     ours = greedy_token_ids(engine, CHAT_PROMPTS, max_tokens=64)
-    for prompt, our_ids in zip(CHAT_PROMPTS, ours, strict=True):
-        assert our_ids == transformers_greedy(engine, prompt, 64), prompt
+    expected = transformers_greedy(engine, CHAT_PROMPTS, 64)
+    for prompt, our_ids, their_ids in zip(CHAT_PROMPTS, ours, expected, strict=True):
+        assert our_ids == their_ids, prompt
 
 
 def test_drafted_tokens_keep_greedy_output_equal_to_transformers(engine: InferenceEngine):
@@ -115,7 +119,7 @@ def test_drafted_tokens_keep_greedy_output_equal_to_transformers(engine: Inferen
     after = engine.get_stats()
     kept = after["accepted_draft_tokens"] - before["accepted_draft_tokens"]
     assert kept > 10 and after["decode_steps"] - before["decode_steps"] < len(ours) - 10
-    assert ours == transformers_greedy(engine, prompt, 60)
+    assert [ours] == transformers_greedy(engine, [prompt], 60)
 
 
 def test_answers_a_real_question_through_the_seed_api(engine: InferenceEngine):
@@ -306,9 +310,10 @@ def test_flex_attention_over_the_pages_in_place_answers_as_the_gathering_path(
             return input_ids, batch
 
         runner.build_batch = spy  # type: ignore[method-assign]
-        got = greedy_token_ids(flex, shared, 12), greedy_token_ids(flex, chats, 16)
+        # A few decode steps each: the reference kernel is ~0.5 s a step on 2 cores.
+        got = greedy_token_ids(flex, shared, 6), greedy_token_ids(flex, chats, 8)
     assert planned and all(planned)
-    assert got == (greedy_token_ids(engine, shared, 12), greedy_token_ids(engine, chats, 16))
+    assert got == (greedy_token_ids(engine, shared, 6), greedy_token_ids(engine, chats, 8))
 
 
 def test_generate_shapes(engine: InferenceEngine):
