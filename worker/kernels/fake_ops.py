@@ -31,6 +31,11 @@ def _silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return gate_up.new_empty((gate_up.shape[0], gate_up.shape[1] // 2))
 
 
+@torch.library.register_fake("astrai::rope")
+def _rope(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int) -> torch.Tensor:
+    return qkv.new_empty((qkv.shape[0], heads, qkv.shape[2]))
+
+
 @torch.library.register_fake("astrai::decode_attention")
 def _decode_attention(
     qkv: torch.Tensor,
