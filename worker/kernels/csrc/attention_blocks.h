@@ -4,15 +4,36 @@
 // the same way. prefill_attention.cpp and shared_prefix_attention.cpp are built from them.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
+#include "parallel.h"
 #include "row_runs.h"
 #include "vec_math.h"
 
 namespace astrai {
+
+// Queries (KVH, R, D) and keys and values (T or cache rows, KVH, D) of the queries' KVH and D:
+// float32, contiguous, D a multiple of 16; refused by name otherwise.
+inline void check_attention_inputs(const at::Tensor& queries, const at::Tensor& keys,
+                                   const at::Tensor& values) {
+  TORCH_CHECK(queries.dim() == 3 && keys.dim() == 3 && values.sizes() == keys.sizes(),
+              "queries (KVH, R, D), keys and values (T, KVH, D)");
+  TORCH_CHECK(queries.scalar_type() == at::kFloat && keys.scalar_type() == at::kFloat &&
+                  values.scalar_type() == at::kFloat,
+              "float32 queries, keys and values");
+  TORCH_CHECK(queries.is_contiguous() && keys.is_contiguous() && values.is_contiguous(),
+              "contiguous queries, keys and values");
+  TORCH_CHECK(keys.size(1) == queries.size(0) && keys.size(2) == queries.size(2) &&
+                  queries.size(2) % 16 == 0,
+              "keys (T, KVH, D) with the queries' KVH and D, D a multiple of 16");
+}
+
 #if defined(__AVX512F__)
 // The vector the kernel is written in, and its micro-kernels' shapes: as many accumulators
 // as the 32 registers hold beside the loads. (An AVX2 form, 6 x 16 scores and 4 x 16 values
@@ -147,6 +168,23 @@ inline void transpose_keys(const KeyRows& keys, int64_t head, int64_t total, int
   for (int64_t d = 0; d < dim; ++d) std::fill(out + d * kKeys + n, out + (d + 1) * kKeys, 0.f);
 }
 
+// Every kv head's keys, each block of 64 transposed (transpose_keys): (KVH, blocks * D * 64),
+// once per call rather than once per block of query rows that reads them.
+inline at::Tensor transpose_all_keys(const KeyRows& keys, int64_t kv_heads, int64_t total,
+                                     int64_t dim, const at::TensorOptions& options) {
+  const int64_t blocks = (total + kKeys - 1) / kKeys;
+  at::Tensor key_t = at::empty({kv_heads, blocks * dim * kKeys}, options);
+  float* out = key_t.data_ptr<float>();
+  parallel_chunks(kv_heads * blocks, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t head = task / blocks;
+      transpose_keys(keys, head * dim, total, dim, task % blocks,
+                     out + head * blocks * dim * kKeys);
+    }
+  });
+  return key_t;
+}
+
 inline void scale_row(float* row, int64_t dim, float factor) {
   const V f = Vec::set1(factor);
   for (int64_t d = 0; d < dim; d += Vec::kLanes) {
@@ -185,25 +223,49 @@ inline void online_softmax(const float* s, float* p, int64_t seen, float& run_ma
   if (rescale != 1.f) scale_row(out, dim, rescale);
 }
 
-// Rows [0, rows) of q (pre-scaled by D^-0.5) against one block of n keys (block_t: transposed,
-// value_rows: each key's value row at the head), row i seeing the block's first seen(i) keys;
-// the rows' running max, sum and output carried from block to block.
-template <typename Seen>
-void attend_key_block(const float* q, int64_t dim, const float* block_t,
-                      const float* const* value_rows, int64_t n, int64_t rows, const Seen& seen,
-                      float* scores, float* probs, float* run_max, float* run_sum, float* out) {
-  in_runs_of<Vec::kScoreRows>(rows, [&]<int R>(int64_t i) {
-    rows_scores<R>(q + i * dim, dim, block_t, scores + i * kKeys);
-  });
-  for (int64_t i = 0; i < rows; ++i) {
-    const int64_t visible = std::clamp<int64_t>(seen(i), 0, n);
-    online_softmax(scores + i * kKeys, probs + i * kKeys, visible, run_max[i], run_sum[i],
-                   out + i * dim, dim);
+// A task's query rows (at most kBlockRows) attending block of keys by block: each row's
+// running max and sum, a block's scores and probabilities, and its output (zeroed here).
+struct AttendingRows {
+  const float* q;  // (rows, D), pre-scaled by D^-0.5
+  float* out;      // (rows, D)
+  int64_t rows, dim;
+  float scores[kBlockRows * kKeys], probs[kBlockRows * kKeys];
+  float run_max[kBlockRows], run_sum[kBlockRows];
+
+  AttendingRows(const float* q_, float* out_, int64_t rows_, int64_t dim_)
+      : q(q_), out(out_), rows(rows_), dim(dim_) {
+    std::fill(run_max, run_max + rows, -std::numeric_limits<float>::infinity());
+    std::fill(run_sum, run_sum + rows, 0.f);
+    std::fill(out, out + rows * dim, 0.f);
   }
-  in_runs_of<Vec::kValueRows>(rows, [&]<int R>(int64_t i) {
-    rows_values<R>(probs + i * kKeys, value_rows, n, dim, out + i * dim);
-  });
-}
+
+  // Rows [first, first + count) against one block of n keys (block_t: transposed; value_rows:
+  // each key's value row at the head), row first + i seeing the block's first seen(i) keys.
+  template <typename Seen>
+  void attend(const float* block_t, const float* const* value_rows, int64_t n, int64_t first,
+              int64_t count, const Seen& seen) {
+    const float* rows_q = q + first * dim;
+    float* s = scores + first * kKeys;
+    float* p = probs + first * kKeys;
+    float* o = out + first * dim;
+    in_runs_of<Vec::kScoreRows>(count, [&]<int R>(int64_t i) {
+      rows_scores<R>(rows_q + i * dim, dim, block_t, s + i * kKeys);
+    });
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t visible = std::clamp<int64_t>(seen(i), 0, n);
+      online_softmax(s + i * kKeys, p + i * kKeys, visible, run_max[first + i], run_sum[first + i],
+                     o + i * dim, dim);
+    }
+    in_runs_of<Vec::kValueRows>(count, [&]<int R>(int64_t i) {
+      rows_values<R>(p + i * kKeys, value_rows, n, dim, o + i * dim);
+    });
+  }
+
+  // Every row divided by its softmax's sum: the attention's output.
+  void finish() {
+    for (int64_t i = 0; i < rows; ++i) scale_row(out + i * dim, dim, 1.f / run_sum[i]);
+  }
+};
 #endif
 
 }  // namespace astrai

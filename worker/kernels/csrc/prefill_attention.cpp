@@ -35,21 +35,16 @@ void attend_block(const float* q, const float* key_t, const KeyRows& values, int
                   int64_t dim, int64_t first_query_pos, int64_t group, int64_t row0, int64_t rows,
                   float* out) {
   const float* value_rows[kKeys];
-  float scores[kBlockRows * kKeys], probs[kBlockRows * kKeys];
-  float run_max[kBlockRows], run_sum[kBlockRows];
-  std::fill(run_max, run_max + rows, -std::numeric_limits<float>::infinity());
-  std::fill(run_sum, run_sum + rows, 0.f);
-  std::fill(out, out + rows * dim, 0.f);
+  AttendingRows state(q + row0 * dim, out, rows, dim);
   const int64_t keys_seen = first_query_pos + (row0 + rows - 1) / group + 1;
   for (int64_t key0 = 0; key0 < keys_seen; key0 += kKeys) {
     const int64_t n = std::min(kKeys, keys_seen - key0);
     for (int64_t j = 0; j < n; ++j) value_rows[j] = values.row(key0 + j) + head;
     // Row i's last key is first_query_pos + (row0 + i) / group.
     const auto seen = [&](int64_t i) { return first_query_pos + (row0 + i) / group - key0 + 1; };
-    attend_key_block(q + row0 * dim, dim, key_t + (key0 / kKeys) * dim * kKeys, value_rows, n, rows,
-                     seen, scores, probs, run_max, run_sum, out);
+    state.attend(key_t + (key0 / kKeys) * dim * kKeys, value_rows, n, 0, rows, seen);
   }
-  for (int64_t i = 0; i < rows; ++i) scale_row(out + i * dim, dim, 1.f / run_sum[i]);
+  state.finish();
 }
 #endif
 
@@ -65,13 +60,7 @@ at::Tensor prefill_attention(const at::Tensor& queries, const at::Tensor& keys,
                              const at::Tensor& values, int64_t group,
                              const std::optional<at::Tensor>& slots) {
   TORCH_CHECK(prefill_attention_available(), "prefill_attention needs AVX-512");
-  TORCH_CHECK(queries.dim() == 3 && keys.dim() == 3 && values.sizes() == keys.sizes(),
-              "queries (KVH, R, D), keys and values (T, KVH, D)");
-  TORCH_CHECK(queries.scalar_type() == at::kFloat && keys.scalar_type() == at::kFloat &&
-                  values.scalar_type() == at::kFloat,
-              "float32 queries, keys and values");
-  TORCH_CHECK(queries.is_contiguous() && keys.is_contiguous() && values.is_contiguous(),
-              "contiguous queries, keys and values");
+  check_attention_inputs(queries, keys, values);
   const int64_t kv_heads = queries.size(0), rows = queries.size(1), dim = queries.size(2);
   const int64_t* slot = nullptr;
   int64_t total_keys = keys.size(0);
@@ -84,8 +73,6 @@ at::Tensor prefill_attention(const at::Tensor& queries, const at::Tensor& keys,
                 "slots within the cache's rows");
     slot = slots->data_ptr<int64_t>();
   }
-  TORCH_CHECK(keys.size(1) == kv_heads && keys.size(2) == dim && dim % 16 == 0,
-              "keys (T, KVH, D) with the queries' KVH and D, D a multiple of 16");
   TORCH_CHECK(group >= 1 && rows % group == 0 && rows / group <= total_keys,
               "R a multiple of the group, its queries no more than the keys");
   at::Tensor out = at::empty({kv_heads, rows, dim}, queries.options());
@@ -93,22 +80,14 @@ at::Tensor prefill_attention(const at::Tensor& queries, const at::Tensor& keys,
   const int64_t first_query_pos = total_keys - rows / group;
   const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
   const int64_t key_blocks = (total_keys + kKeys - 1) / kKeys;
-  // Scaled once here rather than every score; the keys transposed once per head, not once
-  // per block of query rows that reads them.
+  // Scaled once here rather than every score.
   const at::Tensor scaled = queries.mul(1.0 / std::sqrt(static_cast<double>(dim)));
-  at::Tensor key_t = at::empty({kv_heads, key_blocks * dim * kKeys}, queries.options());
   const float* q = scaled.data_ptr<float>();
   const KeyRows k{keys.data_ptr<float>(), kv_heads * dim, slot};
   const KeyRows v{values.data_ptr<float>(), kv_heads * dim, slot};
-  float* kt = key_t.data_ptr<float>();
+  const at::Tensor key_t = transpose_all_keys(k, kv_heads, total_keys, dim, queries.options());
+  const float* kt = key_t.data_ptr<float>();
   float* o = out.data_ptr<float>();
-  parallel_chunks(kv_heads * key_blocks, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t head = task / key_blocks;
-      transpose_keys(k, head * dim, total_keys, dim, task % key_blocks,
-                     kt + head * key_blocks * dim * kKeys);
-    }
-  });
   // The last blocks see the most keys: taken first, they do not end the call on one thread.
   parallel_chunks(kv_heads * blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {

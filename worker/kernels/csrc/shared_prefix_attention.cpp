@@ -45,17 +45,12 @@ void attend_block(const float* q, const float* shared_t, const KeyRows& shared_v
                   const KeyRows& keys, const KeyRows& values, const Sequences& seqs, int64_t head,
                   int64_t dim, int64_t group, int64_t row0, int64_t rows, float* out) {
   const float* value_rows[kKeys];
-  float scores[kBlockRows * kKeys], probs[kBlockRows * kKeys];
-  float run_max[kBlockRows], run_sum[kBlockRows];
-  std::fill(run_max, run_max + rows, -std::numeric_limits<float>::infinity());
-  std::fill(run_sum, run_sum + rows, 0.f);
-  std::fill(out, out + rows * dim, 0.f);
+  AttendingRows state(q + row0 * dim, out, rows, dim);
   for (int64_t key0 = 0; key0 < shared; key0 += kKeys) {
     const int64_t n = std::min(kKeys, shared - key0);
     for (int64_t j = 0; j < n; ++j) value_rows[j] = shared_v.row(key0 + j) + head;
-    attend_key_block(
-        q + row0 * dim, dim, shared_t + (key0 / kKeys) * dim * kKeys, value_rows, n, rows,
-        [n](int64_t) { return n; }, scores, probs, run_max, run_sum, out);
+    state.attend(shared_t + (key0 / kKeys) * dim * kKeys, value_rows, n, 0, rows,
+                 [n](int64_t) { return n; });
   }
   std::vector<float> own_t;
   const int64_t count = static_cast<int64_t>(seqs.first_row.size()) - 1;
@@ -76,12 +71,10 @@ void attend_block(const float* q, const float* shared_t, const KeyRows& shared_v
       transpose_keys(own_k, head, own, dim, block, own_t.data());
       for (int64_t j = 0; j < n; ++j) value_rows[j] = own_v.row(key0 + j) + head;
       const auto seen = [&](int64_t i) { return last0 + (offset + i) / group - key0 + 1; };
-      attend_key_block(q + begin * dim, dim, own_t.data() + block * dim * kKeys, value_rows, n,
-                       end - begin, seen, scores + at * kKeys, probs + at * kKeys, run_max + at,
-                       run_sum + at, out + at * dim);
+      state.attend(own_t.data() + block * dim * kKeys, value_rows, n, at, end - begin, seen);
     }
   }
-  for (int64_t i = 0; i < rows; ++i) scale_row(out + i * dim, dim, 1.f / run_sum[i]);
+  state.finish();
 }
 #endif
 
@@ -100,16 +93,8 @@ at::Tensor shared_prefix_attention(const at::Tensor& queries, const at::Tensor& 
 #if !defined(__AVX512F__)
   TORCH_CHECK(false, "shared_prefix_attention needs AVX-512");
 #endif
-  TORCH_CHECK(queries.dim() == 3 && k_cache.dim() == 3 && v_cache.sizes() == k_cache.sizes(),
-              "queries (KVH, R, D), caches (rows, KVH, D)");
-  TORCH_CHECK(queries.scalar_type() == at::kFloat && k_cache.scalar_type() == at::kFloat &&
-                  v_cache.scalar_type() == at::kFloat,
-              "float32 queries and caches");
-  TORCH_CHECK(queries.is_contiguous() && k_cache.is_contiguous() && v_cache.is_contiguous(),
-              "contiguous queries and caches");
+  check_attention_inputs(queries, k_cache, v_cache);
   const int64_t kv_heads = queries.size(0), rows = queries.size(1), dim = queries.size(2);
-  TORCH_CHECK(k_cache.size(1) == kv_heads && k_cache.size(2) == dim && dim % 16 == 0,
-              "caches (rows, KVH, D) with the queries' KVH and D, D a multiple of 16");
   TORCH_CHECK(shared_slots.dim() == 1 && shared_slots.size(0) > 0, "shared_slots (L,), L > 0");
   TORCH_CHECK(own_slots.dim() == 2, "own_slots (S, O)");
   check_slots(shared_slots, k_cache.size(0), "shared_slots");
@@ -135,7 +120,6 @@ at::Tensor shared_prefix_attention(const at::Tensor& queries, const at::Tensor& 
   const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
   const int64_t key_blocks = (shared + kKeys - 1) / kKeys;
   const at::Tensor scaled = queries.mul(1.0 / std::sqrt(static_cast<double>(dim)));
-  at::Tensor shared_t = at::empty({kv_heads, key_blocks * dim * kKeys}, queries.options());
   const float* q = scaled.data_ptr<float>();
   const int64_t stride = kv_heads * dim;
   const KeyRows k{k_cache.data_ptr<float>(), stride, nullptr};
@@ -144,15 +128,10 @@ at::Tensor shared_prefix_attention(const at::Tensor& queries, const at::Tensor& 
   const KeyRows shared_v{v.base, stride, shared_k.slots};
   const Sequences seqs{asked, own, own_slots.data_ptr<int64_t>(), own_slots.size(1),
                        std::move(first_row)};
-  float* kt = shared_t.data_ptr<float>();
+  const at::Tensor shared_t =
+      transpose_all_keys(shared_k, kv_heads, shared, dim, queries.options());
+  const float* kt = shared_t.data_ptr<float>();
   float* o = out.data_ptr<float>();
-  parallel_chunks(kv_heads * key_blocks, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t head = task / key_blocks;
-      transpose_keys(shared_k, head * dim, shared, dim, task % key_blocks,
-                     kt + head * key_blocks * dim * kKeys);
-    }
-  });
   parallel_chunks(kv_heads * blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t head = task % kv_heads, block = task / kv_heads;
