@@ -34,6 +34,15 @@ inline void check_attention_inputs(const at::Tensor& queries, const at::Tensor& 
               "keys (T, KVH, D) with the queries' KVH and D, D a multiple of 16");
 }
 
+// Row indices into a cache of `cache_rows` rows: contiguous int64, each within it.
+inline void check_slots(const at::Tensor& slots, int64_t cache_rows, const char* name) {
+  TORCH_CHECK(slots.scalar_type() == at::kLong && slots.is_contiguous(), name,
+              ": contiguous int64 cache rows");
+  TORCH_CHECK(slots.numel() == 0 ||
+                  (slots.min().item<int64_t>() >= 0 && slots.max().item<int64_t>() < cache_rows),
+              name, ": within the cache's rows");
+}
+
 #if defined(__AVX512F__)
 // The vector the kernel is written in, and its micro-kernels' shapes: as many accumulators
 // as the 32 registers hold beside the loads. (An AVX2 form, 6 x 16 scores and 4 x 16 values

@@ -65,12 +65,9 @@ at::Tensor prefill_attention(const at::Tensor& queries, const at::Tensor& keys,
   const int64_t* slot = nullptr;
   int64_t total_keys = keys.size(0);
   if (slots.has_value()) {  // keys and values are the cache; key t is its row slots[t]
-    TORCH_CHECK(slots->dim() == 1 && slots->scalar_type() == at::kLong && slots->is_contiguous(),
-                "slots: one contiguous int64 row index a key");
+    TORCH_CHECK(slots->dim() == 1, "slots: one cache row a key");
+    check_slots(*slots, keys.size(0), "slots");
     total_keys = slots->size(0);
-    TORCH_CHECK(total_keys == 0 || (slots->min().item<int64_t>() >= 0 &&
-                                    slots->max().item<int64_t>() < keys.size(0)),
-                "slots within the cache's rows");
     slot = slots->data_ptr<int64_t>();
   }
   TORCH_CHECK(group >= 1 && rows % group == 0 && rows / group <= total_keys,

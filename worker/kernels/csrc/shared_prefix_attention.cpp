@@ -78,14 +78,6 @@ void attend_block(const float* q, const float* shared_t, const KeyRows& shared_v
 }
 #endif
 
-void check_slots(const at::Tensor& slots, int64_t cache_rows, const char* name) {
-  TORCH_CHECK(slots.scalar_type() == at::kLong && slots.is_contiguous(), name,
-              ": contiguous int64 cache rows");
-  TORCH_CHECK(slots.numel() == 0 ||
-                  (slots.min().item<int64_t>() >= 0 && slots.max().item<int64_t>() < cache_rows),
-              name, ": within the cache's rows");
-}
-
 at::Tensor shared_prefix_attention(const at::Tensor& queries, const at::Tensor& k_cache,
                                    const at::Tensor& v_cache, int64_t group,
                                    const at::Tensor& shared_slots, const at::Tensor& own_slots,
