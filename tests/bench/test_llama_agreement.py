@@ -43,3 +43,33 @@ def test_argmax_agreement_compares_argmaxes_along_the_vocabulary() -> None:
     a = torch.tensor([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 2.0], [3.0, 0.0]]])
     b = torch.tensor([[[2.0, 0.0], [1.0, 0.0]], [[0.0, 1.0], [0.0, 3.0]]])
     assert argmax_agreement(a, b) == pytest.approx(0.5)
+
+
+def test_perplexity_change_pairs_each_position_with_float32_s() -> None:
+    """Two positions, one moved by +0.2 nats and one by 0: the change is exp(0.1) - 1, its
+    error the spread of the moves (0.1414) over sqrt(2), scaled by the ratio."""
+    reference = torch.log(torch.tensor([[0.5, 0.5], [0.8, 0.2]]))
+    moved = reference.clone()
+    moved[0] -= torch.tensor([0.2, -0.2])
+    result = distance(moved, reference, torch.tensor([0, 1]))
+    ratio = math.exp(0.1)
+    assert result.perplexity_change == pytest.approx(100 * (ratio - 1))
+    assert result.change_error == pytest.approx(100 * ratio * math.sqrt(0.02) / math.sqrt(2))
+
+
+def test_an_unmoved_side_has_no_change_and_no_error() -> None:
+    rows = torch.log(torch.tensor([[0.5, 0.5], [0.25, 0.75], [0.9, 0.1]]))
+    result = distance(rows, rows, torch.tensor([1, 0, 0]))
+    assert result.perplexity_change == 0.0 and result.change_error == 0.0
+
+
+def test_the_tail_deviation_is_a_quantile_of_each_position_s_largest() -> None:
+    """1,000 positions, one moved by 5 and the rest by 0.1: the largest is 5, while 99.9% of
+    the positions lie at 0.1 (the quantile interpolates a little toward the one)."""
+    reference = torch.log_softmax(torch.zeros(1000, 4), -1)
+    moved = reference.clone()
+    moved[:, 0] += 0.1
+    moved[7, 0] += 4.9
+    result = distance(moved, reference, torch.zeros(1000, dtype=torch.long))
+    assert result.largest_deviation == pytest.approx(5.0)
+    assert result.tail_deviation < 0.11

@@ -30,3 +30,12 @@ def test_compare_reads_agreement_deviation_and_perplexity() -> None:
     # -log p of each row's next token: log(1 + e^(other - target)).
     expected = math.exp((math.log(1 + math.exp(-1.5)) + math.log(1 + math.exp(0.5))) / 2)
     assert result.perplexity == pytest.approx(expected)
+
+
+def test_compare_s_perplexity_change_is_over_the_reference_s_on_the_same_text() -> None:
+    reference = torch.tensor([[2.0, 0.0], [0.0, 2.0], [1.0, 0.0]])
+    ours = torch.tensor([[2.0, 0.5], [1.5, 1.0], [1.0, 0.0]])
+    result = compare(ours, reference, [0, 0, 1])
+    change = 100 * (result.perplexity / perplexity(reference, [0, 0, 1]) - 1)
+    assert result.perplexity_change == pytest.approx(change)
+    assert result.change_error > 0
