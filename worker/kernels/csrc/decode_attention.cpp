@@ -24,6 +24,7 @@
 
 #include "ops.h"
 #include "parallel.h"
+#include "rope_head.h"
 #include "vec_math.h"
 
 namespace astrai {
@@ -108,15 +109,6 @@ inline __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1));
 }
 #endif
-
-// x (D,) rotated by the angles of one position, rotate-half convention, into out (D,).
-void rope(const float* x, const float* cos, const float* sin, int64_t dim, float* out) {
-  const int64_t half = dim / 2;
-  for (int64_t d = 0; d < half; ++d) {
-    out[d] = x[d] * cos[d] - x[d + half] * sin[d];
-    out[d + half] = x[d + half] * cos[d + half] + x[d] * sin[d + half];
-  }
-}
 
 // Keys per item of a long context (see attend_batch).
 constexpr int64_t kChunkKeys = 256;
@@ -452,9 +444,9 @@ at::Tensor attend_batch(const at::Tensor& qkv, const at::Tensor& positions, cons
     const float* c = cos_data + p[b] * dim;
     const float* s = sin_data + p[b] * dim;
     for (int64_t h = 0; h < num_heads; ++h)
-      rope(row + h * dim, c, s, dim, q + (b * num_heads + h) * dim);
+      rope_head(row + h * dim, c, s, dim, q + (b * num_heads + h) * dim);
     for (int64_t h = 0; h < num_kv_heads; ++h) {
-      rope(row + (num_heads + h) * dim, c, s, dim, rotated.data());
+      rope_head(row + (num_heads + h) * dim, c, s, dim, rotated.data());
       store_row(rotated.data(), kc + w[b] * row_stride + h * head_units, dim);
       const float* v = row + (num_heads + num_kv_heads + h) * dim;
       store_row(v, vc + w[b] * row_stride + h * head_units, dim);

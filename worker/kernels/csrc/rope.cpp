@@ -15,15 +15,16 @@
 
 #include <algorithm>
 
+#include "rope_head.h"
+
 // After the includes: torch's own headers keep their flags. (clang ignores it, and fuses only
 // within one expression: the products below are statements of their own.)
 #pragma GCC optimize("fp-contract=off")
 
 namespace astrai {
-namespace {
 
-void rotate(const float* __restrict x, const float* __restrict cos, const float* __restrict sin,
-            int64_t dim, float* __restrict out) {
+void rope_head(const float* __restrict x, const float* __restrict cos, const float* __restrict sin,
+               int64_t dim, float* __restrict out) {
   const int64_t half = dim / 2;
   for (int64_t d = 0; d < half; ++d) {
     const float first = x[d] * cos[d];
@@ -36,6 +37,8 @@ void rotate(const float* __restrict x, const float* __restrict cos, const float*
     out[d + half] = first + second;
   }
 }
+
+namespace {
 
 at::Tensor rope(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin,
                 int64_t heads) {
@@ -58,8 +61,8 @@ at::Tensor rope(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& 
                    [&](int64_t begin, int64_t end) {
                      for (int64_t r = begin; r < end; ++r) {
                        for (int64_t h = 0; h < heads; ++h) {
-                         rotate(in + r * stride + h * dim, c + r * dim, s + r * dim, dim,
-                                o + (r * heads + h) * dim);
+                         rope_head(in + r * stride + h * dim, c + r * dim, s + r * dim, dim,
+                                   o + (r * heads + h) * dim);
                        }
                      }
                    });
