@@ -3,11 +3,11 @@ llama.cpp's on it: `python -m bench.types_accuracy`.
 
 For each file (the default model requantized by llama-quantize, as `make bench-types` makes
 them), over a fixed text (`--text FILE`, else `bench/accuracy.py`'s; its first 1,024 tokens,
-teacher-forced, one forward): our
-engine's logits in the file's own codes under the default precision (8-bit activations, as
-llama.cpp) and under `--precision exact` (float32 activations), against the file dequantized
-to float32 (the reference path). Per precision: top-1 agreement with the reference, the
-largest logit deviation, and the perplexity of the text against the reference's.
+teacher-forced, one forward): our engine's logits in the file's own codes under the default
+precision (8-bit activations, as llama.cpp) and under `--precision exact` (float32 activations
+where a kernel takes them), against the file dequantized to float32 (the reference path).
+Per precision: top-1 agreement with the reference, the largest logit deviation, and the
+perplexity of the text against the reference's.
 
 Then against llama.cpp (bench/llama_agreement.py): `llama-perplexity`'s log-probabilities of
 the same text on the same file beside ours under the default precision, and llama.cpp's
