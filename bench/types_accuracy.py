@@ -137,8 +137,7 @@ def print_against_float32(files: dict[str, Path], text: str, tokens: int) -> Non
             cells += [
                 f"{100 * result.top1:.1f}%",
                 f"{result.largest_deviation:.2f}",
-                f"{result.perplexity:.3f} ({result.perplexity_change:+.2f}% "
-                f"+- {result.change_error:.2f})",
+                change(result),
             ]
         print(f"| {kind} | {' | '.join(cells)} |", flush=True)
 
@@ -178,7 +177,7 @@ def print_against_llama(
         print(f"| {kind} | {' | '.join(cells)} |", flush=True)
 
 
-def change(side: Distance) -> str:
+def change(side: Distance | Comparison) -> str:
     """A side's perplexity, its change over float32's and that change's standard error."""
     return f"{side.perplexity:.3f} ({side.perplexity_change:+.2f}% +- {side.change_error:.2f})"
 
